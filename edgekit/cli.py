@@ -1,0 +1,132 @@
+"""Argument parsing only; every command forwards to a library function.
+Exit codes: 0 ok, 1 error, 2 usage, 3 over budget. Errors are one line; -v shows the traceback."""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+
+OVER_BUDGET = 3
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except EdgekitError as e:
+        if args.verbose:
+            raise
+        print(f"edgekit: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("edgekit: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="edgekit", description="Compress BERT-family text classifiers for edge devices.")
+    p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command")
+
+    c = sub.add_parser("compress", help="run a recipe end to end")
+    c.add_argument("--recipe", default="distilbert-int8", help="a shipped recipe name or a .yaml path")
+    c.add_argument("--teacher", help="model: an asset (minilm-l6, mpnet-base), a local folder or a hub id")
+    c.add_argument("--data", help="dataset: rt-polarity or a local .csv/.tsv/.jsonl file")
+    c.add_argument("--out", help="run folder (default artifacts/<recipe name>)")
+    c.add_argument("--dry-run", action="store_true", help="print the resolved recipe and stop")
+    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. distill.epochs=1 data.max_train=2000")
+    c.set_defaults(func=cmd_compress)
+
+    r = sub.add_parser("recipes", help="list shipped recipes, or `recipes show NAME`")
+    r.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    r.add_argument("name", nargs="?")
+    r.set_defaults(func=cmd_recipes)
+
+    a = sub.add_parser("assets", help="list offline assets, or `assets fetch NAME`")
+    a.add_argument("action", nargs="?", choices=["list", "fetch"], default="list")
+    a.add_argument("name", nargs="?")
+    a.set_defaults(func=cmd_assets)
+    for s in (c, r, a):
+        s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return p
+
+
+def cmd_compress(args) -> int:
+    from edgekit import pipeline, recipe
+
+    extra = list(args.overrides)
+    if args.teacher:
+        extra.append(f"teacher={args.teacher}")
+    if args.data:
+        extra.append(f"data.source={args.data}")
+    resolved = recipe.load(args.recipe, extra)
+    if args.dry_run:
+        print(recipe.dump(resolved), end="")
+        return 0
+    out = Path(args.out) if args.out else Path("artifacts") / resolved["name"]
+    manifest = pipeline.run(resolved, out, progress=not args.quiet)
+    print(summary(manifest))
+    print(f"manifest: {out / 'manifest.json'}")
+    return 0 if manifest["status"] == "complete" else OVER_BUDGET
+
+
+def summary(manifest: dict) -> str:
+    def fmt(v, spec):
+        return "" if v is None else format(v, spec)
+
+    rows = ["| stage | seconds | params | size MB | accuracy | latency p50 ms |", "|---|---:|---:|---:|---:|---:|"]
+    for s in manifest["stages"]:
+        m = s["metrics"]
+        params = f"{m['params'] / 1e6:.1f}M" if m.get("params") else ""
+        seconds = f"{s['seconds']:.0f}" + (" (reused)" if s.get("reused") else "")
+        rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.1f')} | "
+                    f"{fmt(m.get('accuracy'), '.4f')} | {fmt(m.get('latency_ms_p50'), '.2f')} |")
+    final = manifest["final"]["metrics"]
+    rows.append("")
+    rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); teacher accuracy "
+                f"{final.get('teacher_accuracy')}, retained {final.get('accuracy_retained')}")
+    for b in manifest["budgets"]:
+        rows.append(f"budget {b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
+                    f"{'ok' if b['ok'] else 'OVER BUDGET'}")
+    return "\n".join(rows)
+
+
+def cmd_recipes(args) -> int:
+    from edgekit import recipe
+
+    if args.action == "show":
+        if not args.name:
+            raise EdgekitError("recipes show needs a NAME; see `edgekit recipes`")
+        print(recipe.find(args.name).read_text(), end="")
+        return 0
+    import yaml
+
+    for name in recipe.names():
+        about = yaml.safe_load(recipe.find(name).read_text()).get("description", "")
+        print(f"{name:20s} {about}")
+    return 0
+
+
+def cmd_assets(args) -> int:
+    from edgekit import assets
+
+    if args.action == "fetch":
+        if not args.name:
+            raise EdgekitError(f"assets fetch needs a NAME; known: {', '.join(assets.ASSETS)}")
+        print(assets.path(args.name))
+        return 0
+    print(f"cache: {assets.cache_dir()}" + (" (EDGEKIT_CACHE)" if "EDGEKIT_CACHE" in os.environ else ""))
+    for row in assets.listing():
+        print(f"{row['name']:12s} {row['kind']:8s} {'cached' if row['cached'] else 'not cached':11s} "
+              f"{row['package']:40s} {row['about']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Text/label datasets -> train/validation/test splits -> tokenized batches with dynamic padding."""
+import bz2
+import csv
+import hashlib
+import io
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit import assets
+from edgekit.errors import EdgekitError
+
+DATASETS = ("rt-polarity",)
+FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
+
+
+@dataclass
+class Splits:
+    train: list  # [(text, label_id)]
+    validation: list
+    test: list
+    labels: list  # label names, index = label id
+    source: str
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(json.dumps([self.labels, self.train, self.validation, self.test]).encode())
+        return h.hexdigest()[:16]
+
+
+def load(source: str, text_column: str = "text", label_column: str = "label", split_column: str = "",
+         max_train: int = 0, max_eval: int = 0, seed: int = 0) -> Splits:
+    """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically."""
+    if source == "rt-polarity":
+        rows = _rt_polarity()
+    elif assets.is_asset(source):
+        raise EdgekitError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
+    else:
+        rows = _read_file(Path(source), text_column, label_column, split_column)
+    by_split = {"train": [], "validation": [], "test": []}
+    for text, label, split in rows:
+        by_split[split].append((text, label))
+    if not by_split["train"]:
+        raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
+    names = sorted({label for _, label in by_split["train"]}, key=_label_order)
+    if len(names) < 2:
+        raise EdgekitError(f"dataset {source} has one class ({names[0]}) in training; a classifier needs at least two")
+    ids = {name: i for i, name in enumerate(names)}
+    for split in ("validation", "test"):
+        unseen = sorted({label for _, label in by_split[split]} - set(ids))
+        if unseen:
+            raise EdgekitError(f"{split} labels never seen in training: {', '.join(unseen[:5])}; "
+                               f"training has {', '.join(names[:10])}")
+    encoded = {s: [(t, ids[lab]) for t, lab in rows_] for s, rows_ in by_split.items()}
+    rng = random.Random(seed)
+    for s in encoded:
+        rng.shuffle(encoded[s])
+    if max_train:
+        encoded["train"] = encoded["train"][:max_train]
+    if max_eval:
+        encoded["validation"] = encoded["validation"][:max_eval]
+        encoded["test"] = encoded["test"][:max_eval]
+    if not encoded["test"]:
+        raise EdgekitError(f"dataset {source} has no test rows; add rows or a split column with 'test' values")
+    return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source)
+
+
+def _label_order(name: str):
+    return (0, int(name), "") if name.lstrip("-").isdigit() else (1, 0, name)
+
+
+def _hash_split(key: str) -> str:
+    bucket = int(hashlib.sha256(key.encode()).hexdigest(), 16) % 10
+    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
+
+
+def _rt_polarity() -> list:
+    """Review snippets (plot synopses dropped, duplicates removed), split by movie so no film is in two splits."""
+    with bz2.open(assets.path("rt-polarity"), "rt", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        seen, rows = set(), []
+        for r in reader:
+            if r["category"] == "plot" or r["text"] in seen:
+                continue
+            seen.add(r["text"])
+            rows.append((r["text"], r["category"], _hash_split(r["movie_name"])))
+    return rows
+
+
+def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> list:
+    if not path.is_file():
+        raise EdgekitError(f"dataset {path} not found; give rt-polarity or a local {'/'.join(FILE_SUFFIXES)} file")
+    if path.suffix not in FILE_SUFFIXES:
+        raise EdgekitError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise EdgekitError(f"dataset {path} is not UTF-8 text; convert it to UTF-8")
+    if path.suffix == ".jsonl":
+        records = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise EdgekitError(f"{path} line {n} is not JSON ({e.msg}); each line must be one JSON object")
+                if not isinstance(record, dict):
+                    raise EdgekitError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
+                records.append(record)
+    else:
+        records = list(csv.DictReader(io.StringIO(text), delimiter="\t" if path.suffix == ".tsv" else ","))
+    if not records:
+        raise EdgekitError(f"dataset {path} is empty; it needs a header and labelled rows")
+    columns = list(records[0])
+    for col in (text_column, label_column) + ((split_column,) if split_column else ()):
+        if col not in columns:
+            raise EdgekitError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(str, columns))}; "
+                               f"set data.text_column / data.label_column / data.split_column")
+    rows = []
+    for r in records:
+        text, label = r.get(text_column), r.get(label_column)
+        if text is None or label is None or str(text).strip() == "" or str(label).strip() == "":
+            continue  # a missing value: the row carries no example
+        split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(str(text))
+        split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
+        if split not in ("train", "validation", "test"):
+            raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (dev), test")
+        rows.append((str(text), str(label).strip(), split))
+    if not rows:
+        raise EdgekitError(f"dataset {path} has no row with both a text and a label")
+    return rows
+
+
+def encode(tokenizer, examples: list, max_length: int) -> list:
+    """Tokenize once: [(input_ids, label)]."""
+    ids = tokenizer([t for t, _ in examples], truncation=True, max_length=max_length)["input_ids"]
+    return [(i, label) for i, (_, label) in zip(ids, examples)]
+
+
+def batches(encoded: list, batch_size: int, pad_id: int, shuffle: bool = False, seed: int = 0):
+    """Yield padded batches as torch tensors. Shuffled batches group similar lengths (less padding)."""
+    import torch
+
+    order = list(range(len(encoded)))
+    if shuffle:
+        rng = random.Random(seed)
+        rng.shuffle(order)
+        chunk = batch_size * 50
+        order = [i for s in range(0, len(order), chunk)
+                 for i in sorted(order[s:s + chunk], key=lambda i: len(encoded[i][0]))]
+        groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+        rng.shuffle(groups)
+    else:
+        groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    for group in groups:
+        width = max(len(encoded[i][0]) for i in group)
+        ids = torch.full((len(group), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(group), width), dtype=torch.long)
+        for row, i in enumerate(group):
+            seq = encoded[i][0]
+            ids[row, :len(seq)] = torch.tensor(seq)
+            mask[row, :len(seq)] = 1
+        yield {"input_ids": ids, "attention_mask": mask,
+               "labels": torch.tensor([encoded[i][1] for i in group]), "index": group}

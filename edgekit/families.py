@@ -1,0 +1,145 @@
+"""Per-architecture table: where the layers and the attention/FFN projections live, and how to load,
+save and cut a model of each family. transformers 5 has no `prune_heads`, so pruned shapes travel in
+config.json under `edgekit_shapes` and are re-applied before the weights are loaded."""
+import logging
+import warnings
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+
+# model_type -> layer list path, and per-layer module paths: q, k, v, attention output, FFN in, FFN out.
+FAMILIES = {
+    "bert": {"layers": "bert.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
+             "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
+             "ffn_out": "output.dense"},
+    "roberta": {"layers": "roberta.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
+                "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
+                "ffn_out": "output.dense"},
+    "electra": {"layers": "electra.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
+                "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
+                "ffn_out": "output.dense"},
+    "mpnet": {"layers": "mpnet.encoder.layer", "q": "attention.attn.q", "k": "attention.attn.k",
+              "v": "attention.attn.v", "o": "attention.attn.o", "ffn_in": "intermediate.dense",
+              "ffn_out": "output.dense"},
+    "distilbert": {"layers": "distilbert.transformer.layer", "q": "attention.q_lin", "k": "attention.k_lin",
+                   "v": "attention.v_lin", "o": "attention.out_lin", "ffn_in": "ffn.lin1", "ffn_out": "ffn.lin2"},
+    # ALBERT shares one layer across depth: a student keeps the shared weights and runs fewer times.
+    "albert": {"layers": "albert.encoder.albert_layer_groups.0.albert_layers", "shared": True,
+               "q": "attention.query", "k": "attention.key", "v": "attention.value", "o": "attention.dense",
+               "ffn_in": "ffn", "ffn_out": "ffn_output"},
+}
+
+
+def quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="torch.onnx")
+    warnings.filterwarnings("ignore", category=UserWarning, module="transformers")
+
+
+def family(config) -> dict:
+    if config.model_type not in FAMILIES:
+        raise EdgekitError(f"model type '{config.model_type}' is not supported; supported: {', '.join(FAMILIES)}")
+    return FAMILIES[config.model_type]
+
+
+def layers(model):
+    return model.get_submodule(family(model.config)["layers"])
+
+
+def num_layers(config) -> int:
+    return config.num_hidden_layers
+
+
+def load_model(path, labels=None):
+    """A sequence classifier from a transformers folder. `labels` (names) sets a new head when the folder
+    is a plain encoder or its labels differ; pruned shapes from `edgekit_shapes` are re-applied."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    quiet_transformers()
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise EdgekitError(f"{path} is not a model folder (no config.json); give an asset name or a transformers folder")
+    config = AutoConfig.from_pretrained(path)
+    family(config)
+    shapes = getattr(config, "edgekit_shapes", None)
+    if shapes:
+        model = AutoModelForSequenceClassification.from_config(config)
+        apply_shapes(model, shapes)
+        state = load_file(path / "model.safetensors")
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        bad = [k for k, v in state.items() if k in expected and tuple(v.shape) != expected[k]]
+        missing = [k for k in expected if k not in state and not k.endswith("position_ids")]
+        if bad or missing:
+            raise EdgekitError(f"{path}: weights do not match the pruned shapes in config.json "
+                               f"({(bad + missing)[0]}); the checkpoint is damaged, re-run the prune stage")
+        model.load_state_dict(state, strict=False)
+        return model.eval()
+    kwargs = {}
+    if labels is not None and [config.id2label.get(i) for i in range(len(config.id2label))] != list(labels):
+        kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+                  "label2id": {n: i for i, n in enumerate(labels)}}
+    with torch.device("cpu"):
+        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    return model.eval()
+
+
+def load_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    return AutoTokenizer.from_pretrained(path)
+
+
+def save_model(model, tokenizer, out: Path):
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def apply_shapes(model, shapes: dict):
+    """Shrink each layer's projections to the recorded head and FFN sizes (weights loaded afterwards)."""
+    import torch
+
+    fam = family(model.config)
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    blocks = layers(model)
+    for i, block in enumerate(blocks):
+        heads, ffn = shapes["heads"][i], shapes["ffn"][i]
+        for name in ("q", "k", "v"):
+            replace_module(block, fam[name], torch.nn.Linear(model.config.hidden_size, heads * head_dim))
+        replace_module(block, fam["o"], torch.nn.Linear(heads * head_dim, model.config.hidden_size))
+        replace_module(block, fam["ffn_in"], torch.nn.Linear(model.config.hidden_size, ffn))
+        replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, model.config.hidden_size))
+
+
+def replace_module(root, dotted: str, module):
+    parent, _, name = dotted.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, name, module)
+
+
+def student_from_teacher(teacher, keep: list):
+    """A shallower copy of the teacher keeping the listed layers (DistilBERT's initialisation)."""
+    import copy
+
+    import torch
+
+    depth = num_layers(teacher.config)
+    bad = [i for i in keep if not 0 <= i < depth]
+    if bad or not keep:
+        raise EdgekitError(f"student layers {keep} must be teacher layer indices 0..{depth - 1}")
+    fam = family(teacher.config)
+    student = copy.deepcopy(teacher)
+    student.config.num_hidden_layers = len(keep)
+    if not fam.get("shared"):
+        blocks = layers(teacher)
+        replace_module(student, fam["layers"], torch.nn.ModuleList([copy.deepcopy(blocks[i]) for i in keep]))
+        for j, block in enumerate(layers(student)):
+            for m in block.modules():
+                if hasattr(m, "layer_idx"):
+                    m.layer_idx = j
+    return student

@@ -1,0 +1,222 @@
+"""The loop that runs a recipe: resolve the model and data, then each stage in order, each into its own
+folder, the manifest rewritten atomically after every stage. A stage whose input and settings are
+unchanged (and whose files still match their sha256) is reused; a stopped stage resumes in place."""
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import edgekit
+from edgekit import assets, data, recipe as recipes, stages
+from edgekit.artifact import Artifact
+from edgekit.errors import EdgekitError
+
+SCHEMA = 1
+
+
+@dataclass
+class Context:
+    """What every stage may read besides its input artifact."""
+    splits: data.Splits
+    teacher: Artifact
+    seed: int
+    max_length: int
+    progress: bool
+
+
+def resolve_model(spec: str) -> Artifact:
+    """An asset name, a local transformers folder, or (where a hub is reachable) a hub id."""
+    if assets.is_asset(spec):
+        if assets.ASSETS[spec]["kind"] != "model":
+            raise EdgekitError(f"'{spec}' is a dataset, not a model; model assets: {', '.join(model_assets())}")
+        return Artifact(assets.path(spec), "hf")
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise EdgekitError(f"{path} is not a transformers model folder (no config.json)")
+        return Artifact(path.resolve(), "hf")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Artifact(Path(snapshot_download(spec, allow_patterns=["*.json", "*.txt", "*.safetensors", "*.model"])), "hf")
+    except Exception as e:
+        raise EdgekitError(f"model '{spec}' is not an asset or a local folder, and the model hub could not provide it "
+                           f"({type(e).__name__}); offline model assets: {', '.join(model_assets())}")
+
+
+def model_assets() -> list:
+    return [n for n, a in assets.ASSETS.items() if a["kind"] == "model"]
+
+
+def fingerprint(path: Path) -> str:
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] + sidecars(path)
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.relative_to(path if path.is_dir() else path.parent)}:{assets.sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def sidecars(model_file: Path) -> list:
+    return sorted(p for p in model_file.parent.glob("*.json")) + sorted(model_file.parent.glob("tokenizer*"))
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def prepare_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise EdgekitError(f"--out {out} is a file; give a folder path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise EdgekitError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder")
+
+
+def lock(out: Path):
+    handle = open(out / ".lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise EdgekitError(f"another edgekit run is writing to {out}; wait for it to finish or choose another --out")
+    return handle
+
+
+def log(msg: str, progress: bool) -> None:
+    if progress:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def run(recipe: dict, out: Path, progress: bool = True) -> dict:
+    out = Path(out).resolve()
+    source = resolve_model(recipe["teacher"])
+    splits = data.load(seed=recipe["seed"], **recipe["data"])
+    prepare_out(out)
+    held = lock(out)
+    try:
+        return _run(recipe, out, source, splits, progress)
+    finally:
+        held.close()
+
+
+def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progress: bool) -> dict:
+    previous = read_manifest(out / "manifest.json")
+    manifest = {"schema": SCHEMA, "edgekit_version": edgekit.__version__, "status": "running", "recipe": recipe,
+                "model": {"spec": recipe["teacher"], "path": str(source.path), "fingerprint": fingerprint(source.path)},
+                "data": {"source": splits.source, "fingerprint": splits.fingerprint(), "labels": splits.labels,
+                         "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
+                "stages": [], "final": None, "budgets": []}
+    ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress)
+    artifact, input_print = source, manifest["model"]["fingerprint"]
+    teacher_print = input_print
+    for i, name in enumerate(recipe["stages"], 1):
+        settings = recipe[name]
+        key = hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, manifest["data"]["fingerprint"],
+                                         recipe["seed"], recipe["max_length"], edgekit.__version__],
+                                        sort_keys=True, default=str).encode()).hexdigest()
+        stage_dir = out / f"{i:02d}-{name}"
+        entry = reusable(previous, i - 1, name, key, out)
+        if entry:
+            log(f"[{i}/{len(recipe['stages'])}] {name}: unchanged, reused {stage_dir.name}", progress)
+            entry["reused"] = True
+            artifact = Artifact.from_json(entry["output"], out)
+        else:
+            log(f"[{i}/{len(recipe['stages'])}] {name}", progress)
+            started = time.time()
+            artifact_in = artifact
+            artifact = run_stage(name, artifact, stage_dir, key, ctx, settings)
+            entry = {"name": name, "key": key, "input": artifact_in.to_json(out), "output": artifact.to_json(out),
+                     "seconds": round(time.time() - started, 2), "metrics": artifact.metrics,
+                     "files": {str(p.relative_to(out)): assets.sha256_file(p)
+                               for p in sorted(stage_dir.rglob("*")) if p.is_file()}, "reused": False}
+        manifest["stages"].append(entry)
+        input_print = hashlib.sha256(json.dumps(entry["files"], sort_keys=True).encode()).hexdigest() \
+            if entry["files"] and Path(artifact.path).is_relative_to(stage_dir) else input_print
+        if name == "finetune":
+            ctx.teacher, teacher_print = artifact, input_print
+        write_json(out / "manifest.json", manifest)
+    manifest["final"] = artifact.to_json(out)
+    manifest["budgets"] = check_budgets(recipe["budgets"], artifact.metrics)
+    manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
+    write_json(out / "manifest.json", manifest)
+    return manifest
+
+
+def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Context, settings: dict) -> Artifact:
+    """Run one stage in `NN-name.partial`, renamed to `NN-name` only when it finished."""
+    partial = stage_dir.with_name(stage_dir.name + ".partial")
+    if partial.exists() and (partial / ".key").is_file() and (partial / ".key").read_text() == key:
+        pass  # same stage, same inputs: a stopped run resumes from its checkpoint here
+    else:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        (partial / ".key").write_text(key)
+    result = stages.entry(name)(artifact, partial, ctx, **settings)
+    shutil.rmtree(partial / "checkpoint", ignore_errors=True)  # the finished model is saved; optimizer state is not needed
+    (partial / ".key").unlink()
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    os.replace(partial, stage_dir)
+    path = Path(result.path)
+    if path.is_relative_to(partial):
+        path = stage_dir / path.relative_to(partial)
+    return Artifact(path, result.kind, result.metrics)
+
+
+def read_manifest(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}  # an unreadable manifest is never trusted: every stage runs again
+    return manifest if isinstance(manifest, dict) and manifest.get("schema") == SCHEMA else {}
+
+
+def reusable(previous: dict, index: int, name: str, key: str, out: Path):
+    entries = previous.get("stages") or []
+    if index >= len(entries):
+        return None
+    entry = entries[index]
+    if entry.get("name") != name or entry.get("key") != key:
+        return None
+    for rel, sha in entry.get("files", {}).items():
+        path = out / rel
+        if not path.is_file() or assets.sha256_file(path) != sha:
+            return None
+    return entry
+
+
+def check_budgets(budgets: dict, metrics: dict) -> list:
+    rows = []
+    for metric, bound in budgets.items():
+        op, target = recipes.parse_bound(bound)
+        actual = metrics.get(metric)
+        ok = actual is not None and {"<=": actual <= target, ">=": actual >= target,
+                                     "<": actual < target, ">": actual > target}[op]
+        rows.append({"metric": metric, "op": op, "target": target, "actual": actual, "ok": bool(ok)})
+    return rows
+
+
+def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = None, out=None,
+             overrides: list = (), progress: bool = True):
+    """Run a recipe; returns (final Artifact, manifest)."""
+    extra = list(overrides) + ([f"teacher={teacher}"] if teacher else []) + ([f"data.source={data}"] if data else [])
+    resolved = recipes.load(recipe, extra)
+    out = Path(out) if out else Path("artifacts") / resolved["name"]
+    manifest = run(resolved, out, progress)
+    return Artifact.from_json(manifest["final"], out.resolve()), manifest

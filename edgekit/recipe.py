@@ -1,0 +1,193 @@
+"""YAML -> a validated recipe. Every error is collected before anything runs and each names what is
+accepted. Stage settings are checked by binding them to the stage's own `run` signature."""
+import inspect
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from edgekit import data, stages
+from edgekit.errors import UsageError
+
+RECIPES = Path(__file__).parent / "recipes"
+TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "stages", "budgets") + stages.NAMES
+DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "seed")
+METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90",
+           "latency_ms_p99", "peak_rss_mb", "max_abs_diff", "label_agreement")
+OPS = ("<=", ">=", "<", ">")
+NEEDS_HF = ("finetune", "distill", "prune", "export")  # stages that read a transformers folder
+
+
+def names() -> list:
+    return sorted(p.stem for p in RECIPES.glob("*.yaml"))
+
+
+def find(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise UsageError(f"recipe file {path} not found")
+        return path
+    if (RECIPES / f"{name}.yaml").is_file():
+        return RECIPES / f"{name}.yaml"
+    raise UsageError(f"unknown recipe '{name}'; shipped recipes: {', '.join(names())}, or give a .yaml path")
+
+
+def load(name: str, overrides: list = ()) -> dict:
+    path = find(name)
+    try:
+        recipe = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UsageError(f"recipe {path} is not valid YAML ({str(e).splitlines()[0]})")
+    if not isinstance(recipe, dict):
+        raise UsageError(f"recipe {path} must be a mapping of keys to settings")
+    recipe.setdefault("name", path.stem)
+    for item in overrides:
+        apply_override(recipe, item)
+    return validate(recipe)
+
+
+def apply_override(recipe: dict, item: str) -> None:
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise UsageError(f"override '{item}' must look like key=value, for example distill.epochs=1")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = key.split(".")
+    if parts[0] not in TOP_KEYS:
+        raise UsageError(f"override '{key}': unknown key '{parts[0]}'; accepted: {', '.join(TOP_KEYS)}")
+    if parts == ["data"]:
+        parts = ["data", "source"]  # data=FILE is short for data.source=FILE
+    node = recipe
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def validate(recipe: dict) -> dict:
+    errors = []
+    unknown = [k for k in recipe if k not in TOP_KEYS]
+    if unknown:
+        errors.append(f"unknown key {', '.join(map(str, unknown))}; accepted: {', '.join(TOP_KEYS)}")
+    if not isinstance(recipe.get("teacher"), str) or not recipe["teacher"]:
+        errors.append("teacher must be a model: an asset name (minilm-l6, mpnet-base), a local folder or a hub id")
+    recipe.setdefault("seed", 0)
+    recipe.setdefault("max_length", 128)
+    for key, lo, hi in (("seed", 0, 2**31), ("max_length", 8, 512)):
+        if not _is(recipe[key], int) or not lo <= recipe[key] <= hi:
+            errors.append(f"{key} must be an integer in [{lo}, {hi}], got {recipe[key]!r}")
+    errors += _check_data(recipe)
+    errors += _check_stages(recipe)
+    errors += _check_budgets(recipe)
+    if errors:
+        raise UsageError("; ".join(errors))
+    return recipe
+
+
+def _check_data(recipe: dict) -> list:
+    spec = recipe.get("data")
+    if isinstance(spec, str):
+        spec = recipe["data"] = {"source": spec}
+    if not isinstance(spec, dict) or "source" not in spec:
+        return ["data must name a source: rt-polarity or a local .csv/.tsv/.jsonl file (data.source)"]
+    return _bind("data", data.load, {k: v for k, v in spec.items()}, skip=("seed",))
+
+
+def _check_stages(recipe: dict) -> list:
+    order = recipe.get("stages")
+    if not isinstance(order, list) or not order or not all(isinstance(s, str) for s in order):
+        return [f"stages must be a non-empty list of stage names from: {', '.join(stages.NAMES)}"]
+    errors = [f"unknown stage '{s}'; stages: {', '.join(stages.NAMES)}" for s in order if s not in stages.NAMES]
+    if len(set(order)) != len(order):
+        errors.append("each stage may appear once in stages")
+    for name in stages.NAMES:
+        settings = recipe.get(name)
+        if settings is None:
+            recipe[name] = settings = {}
+        if not isinstance(settings, dict):
+            errors.append(f"{name} settings must be a mapping, got {settings!r}")
+            continue
+        if settings and name not in order:
+            errors.append(f"{name} has settings but is not in stages; add it to stages or drop its settings")
+        if name in order:
+            errors += _bind(name, stages.entry(name), settings, skip=("artifact", "out_dir", "ctx"))
+    kind = "hf"
+    for name in order:
+        if name in NEEDS_HF and kind != "hf":
+            errors.append(f"{name} cannot follow export/quantize: it needs a transformers model; "
+                          f"order: finetune, distill, prune, export, quantize, evaluate, bench")
+        if name == "finetune" and order.index(name) != 0:
+            errors.append("finetune must be the first stage (it makes the teacher)")
+        if name == "quantize" and kind != "onnx":
+            errors.append("quantize needs an exported ONNX model; put export before quantize")
+        if name == "export":
+            kind = "onnx"
+    return errors
+
+
+def _check_budgets(recipe: dict) -> list:
+    budgets = recipe.setdefault("budgets", {}) or {}
+    recipe["budgets"] = budgets
+    if not isinstance(budgets, dict):
+        return ["budgets must map a metric to a bound such as '<= 100'"]
+    errors = []
+    for metric, bound in budgets.items():
+        if metric not in METRICS:
+            errors.append(f"budget on unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
+        elif parse_bound(bound) is None:
+            errors.append(f"budget {metric}: {bound!r} must be an operator and a number, for example '<= 100' "
+                          f"(operators: {', '.join(OPS)})")
+    return errors
+
+
+def parse_bound(bound):
+    text = str(bound).strip()
+    for op in OPS:
+        if text.startswith(op) and not text.startswith(op + "="):
+            try:
+                return op, float(text[len(op):])
+            except ValueError:
+                return None
+    return None
+
+
+def _bind(section: str, fn, settings: dict, skip=()) -> list:
+    params = {n: p for n, p in inspect.signature(fn).parameters.items() if n not in skip}
+    errors = []
+    for key, value in settings.items():
+        if key not in params:
+            errors.append(f"{section}: unknown key '{key}'; accepted: {', '.join(params)}")
+            continue
+        want = typing.get_type_hints(fn).get(key)
+        if want is not None and not _is(value, want):
+            errors.append(f"{section}.{key} must be {_type_name(want)}, got {value!r}")
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in settings]
+    errors += [f"{section}: missing key '{n}'" for n in missing]
+    return errors
+
+
+def _is(value, want) -> bool:
+    if isinstance(want, types.UnionType) or typing.get_origin(want) is typing.Union:
+        return any(_is(value, w) for w in typing.get_args(want))
+    want = typing.get_origin(want) or want
+    if want is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, want)
+
+
+def _type_name(want) -> str:
+    if isinstance(want, types.UnionType):
+        return " or ".join(_type_name(w) for w in typing.get_args(want))
+    return getattr(typing.get_origin(want) or want, "__name__", str(want))
+
+
+def dump(recipe: dict) -> str:
+    shown = {k: v for k, v in recipe.items() if k not in stages.NAMES or k in recipe["stages"]}
+    return yaml.safe_dump(shown, sort_keys=False)

@@ -1,0 +1,34 @@
+"""bench: latency percentiles at a fixed sequence length and on real test sentences, batch 1, and peak
+memory, measured in a separate clean process on this machine."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from edgekit.artifact import Artifact, size_mb
+from edgekit.errors import EdgekitError
+
+
+def run(artifact: Artifact, out_dir: Path, ctx, *, seq_len: int = 128, threads: int = 1, runs: int = 50,
+        warmup: int = 10) -> Artifact:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    texts = out_dir / "sentences.txt"
+    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:runs]))
+    result = measure(artifact.path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup, texts=texts)
+    (out_dir / "latency.json").write_text(json.dumps(result, indent=2))
+    metrics = {"latency_ms_p50": result["fixed"]["p50"], "latency_ms_p90": result["fixed"]["p90"],
+               "latency_ms_p99": result["fixed"]["p99"], "sentence_latency_ms_p50": result["sentences"]["p50"],
+               "peak_rss_mb": result["peak_rss_mb"], "load_s": result["load_s"], "bench_seq_len": seq_len,
+               "bench_threads": threads, "size_mb": size_mb(artifact)}
+    return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **metrics})
+
+
+def measure(model_path, **options) -> dict:
+    cmd = [sys.executable, "-m", "edgekit.latency", str(model_path)]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EdgekitError(f"latency measurement of {model_path} failed: {last}")
+    return json.loads(done.stdout)

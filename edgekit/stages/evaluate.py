@@ -1,0 +1,37 @@
+"""evaluate: accuracy of any artifact through runtime.load, the same way for every format, next to the
+teacher's accuracy on the same split (accuracy_retained = artifact / teacher)."""
+import json
+from pathlib import Path
+
+from tqdm import tqdm
+
+from edgekit import runtime
+from edgekit.artifact import Artifact
+from edgekit.errors import EdgekitError
+
+
+def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_size: int = 64) -> Artifact:
+    if split not in ("validation", "test"):
+        raise EdgekitError(f"evaluate.split '{split}'; allowed: validation, test")
+    examples = getattr(ctx.splits, split)
+    if not examples:
+        raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    accuracy = _accuracy(runtime.load(artifact.path), examples, batch_size, ctx.progress, "evaluate")
+    teacher = _accuracy(runtime.load(ctx.teacher.path), examples, batch_size, ctx.progress, "evaluate teacher")
+    metrics = {"accuracy": accuracy, "teacher_accuracy": teacher,
+               "accuracy_retained": round(accuracy / teacher, 4) if teacher else None, "eval_split": split,
+               "eval_examples": len(examples)}
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **metrics})
+
+
+def _accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) -> float:
+    correct = 0
+    with tqdm(total=len(examples), desc=desc, unit="ex", disable=not progress, dynamic_ncols=True) as bar:
+        for s in range(0, len(examples), batch_size):
+            chunk = examples[s:s + batch_size]
+            predicted = model.logits(model.encode([t for t, _ in chunk])).argmax(-1)
+            correct += sum(int(p == label) for p, (_, label) in zip(predicted, chunk))
+            bar.update(len(chunk))
+    return round(correct / len(examples), 4)

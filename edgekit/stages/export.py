@@ -1,0 +1,79 @@
+"""export: a transformers folder -> ONNX (torch.onnx's dynamo exporter; dynamic batch and sequence), with a
+model.json sidecar and a check against the PyTorch model on real test sentences."""
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgekit import families, runtime
+from edgekit.artifact import Artifact, size_mb
+from edgekit.errors import EdgekitError
+
+FORMATS = ("onnx",)
+
+
+def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", opset: int = 18, target: str = "x86",
+        check_sentences: int = 200, min_label_agreement: float = 0.99) -> Artifact:
+    if format not in FORMATS:
+        raise EdgekitError(f"export.format '{format}' is not supported here; supported: {', '.join(FORMATS)}")
+    if artifact.kind != "hf":
+        raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
+    model = families.load_model(artifact.path)
+    tokenizer = families.load_tokenizer(artifact.path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = out_dir / "model.onnx"
+    wrapper = _Logits(model).eval()
+    sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
+    args = (sample["input_ids"], sample["attention_mask"])
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=ctx.max_length)
+    tmp = onnx_path.with_suffix(".onnx.tmp")
+    torch.onnx.export(wrapper, args, str(tmp), input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamo=True, opset_version=opset, external_data=False, verbose=False,
+                      dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
+    os.replace(tmp, onnx_path)
+    tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    meta = {"format": "onnx", "target": target, "quantization": None, "labels": labels,
+            "max_length": ctx.max_length, "tokenizer": "tokenizer.json", "pad_id": tokenizer.pad_token_id,
+            "inputs": [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}],
+            "source": str(artifact.path)}
+    write_json(out_dir / "model.json", meta)
+    exported = Artifact(onnx_path, "onnx", {"params": sum(p.numel() for p in model.parameters())})
+    check = compare(runtime.HFModel(artifact.path), runtime.OnnxModel(onnx_path), ctx.splits.test[:check_sentences])
+    exported.metrics.update(check, size_mb=size_mb(exported))
+    if check["label_agreement"] < min_label_agreement:
+        raise EdgekitError(f"ONNX export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test sentences "
+                           f"(max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at {onnx_path}")
+    return exported
+
+
+class _Logits(torch.nn.Module):
+    """Inputs by position, logits out: the graph ONNX and the device runtimes see."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def compare(reference, candidate, examples: list, batch_size: int = 32) -> dict:
+    """max_abs_diff of logits and label_agreement of candidate against reference on the same token ids."""
+    diffs, agree = [], 0
+    texts = [t for t, _ in examples]
+    for s in range(0, len(texts), batch_size):
+        batch = candidate.encode(texts[s:s + batch_size])
+        a, b = reference.logits(batch), candidate.logits(batch)
+        diffs.append(float(np.abs(a - b).max()))
+        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+    return {"max_abs_diff": round(max(diffs), 6), "label_agreement": round(agree / max(1, len(texts)), 4)}
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)

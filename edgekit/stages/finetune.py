@@ -1,0 +1,22 @@
+"""finetune: turn a pretrained encoder into a task model (the teacher) when the user has none."""
+from pathlib import Path
+
+import torch.nn.functional as F
+
+from edgekit import data, families, training
+from edgekit.artifact import Artifact
+
+
+def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 32,
+        warmup: float = 0.1, weight_decay: float = 0.01, checkpoint_every: int = 100) -> Artifact:
+    tokenizer = families.load_tokenizer(artifact.path)
+    model = families.load_model(artifact.path, labels=ctx.splits.labels)
+    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
+    loss = training.train(model, encoded, lambda m, b: F.cross_entropy(
+        m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"]),
+        out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
+        checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id, desc="finetune",
+        progress=ctx.progress)
+    families.save_model(model, tokenizer, out_dir / "model")
+    return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
+                                              "train_loss": round(loss, 4)})
