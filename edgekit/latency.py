@@ -20,8 +20,9 @@ def percentiles(ms: list) -> dict:
 
 
 def measure(model, seq_len: int, runs: int, warmup: int, texts: list) -> dict:
-    ids = np.full((1, seq_len), 1000, dtype=np.int64)
-    fixed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    fixed = model.encode(["the " * seq_len], max_length=seq_len)  # real token ids, exactly seq_len of them
+    if fixed["input_ids"].shape[1] != seq_len:
+        raise SystemExit(f"the model accepts at most {fixed['input_ids'].shape[1]} tokens; lower --seq-len")
     for _ in range(warmup):
         model.logits(fixed)
     ms = []

@@ -103,8 +103,8 @@ def log(msg: str, progress: bool) -> None:
 
 def run(recipe: dict, out: Path, progress: bool = True) -> dict:
     out = Path(out).resolve()
-    source = resolve_model(recipe["teacher"])
     splits = data.load(seed=recipe["seed"], **recipe["data"])
+    source = resolve_model(recipe["teacher"])
     prepare_out(out)
     held = lock(out)
     try:
@@ -124,7 +124,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
     for i, name in enumerate(recipe["stages"], 1):
-        settings = recipe[name]
+        settings = recipe.get(name) or {}
         key = hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, manifest["data"]["fingerprint"],
                                          recipe["seed"], recipe["max_length"], edgekit.__version__],
                                         sort_keys=True, default=str).encode()).hexdigest()

@@ -106,9 +106,9 @@ def _check_stages(recipe: dict) -> list:
     if len(set(order)) != len(order):
         errors.append("each stage may appear once in stages")
     for name in stages.NAMES:
-        settings = recipe.get(name)
-        if settings is None:
-            recipe[name] = settings = {}
+        if name not in recipe and name in order:
+            recipe[name] = {}
+        settings = recipe.get(name) or {}
         if not isinstance(settings, dict):
             errors.append(f"{name} settings must be a mapping, got {settings!r}")
             continue

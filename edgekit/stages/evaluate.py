@@ -17,16 +17,16 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    accuracy = _accuracy(runtime.load(artifact.path), examples, batch_size, ctx.progress, "evaluate")
-    teacher = _accuracy(runtime.load(ctx.teacher.path), examples, batch_size, ctx.progress, "evaluate teacher")
-    metrics = {"accuracy": accuracy, "teacher_accuracy": teacher,
-               "accuracy_retained": round(accuracy / teacher, 4) if teacher else None, "eval_split": split,
+    score = accuracy(runtime.load(artifact.path), examples, batch_size, ctx.progress, "evaluate")
+    teacher = accuracy(runtime.load(ctx.teacher.path), examples, batch_size, ctx.progress, "evaluate teacher")
+    metrics = {"accuracy": score, "teacher_accuracy": teacher,
+               "accuracy_retained": round(score / teacher, 4) if teacher else None, "eval_split": split,
                "eval_examples": len(examples)}
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **metrics})
 
 
-def _accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) -> float:
+def accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) -> float:
     correct = 0
     with tqdm(total=len(examples), desc=desc, unit="ex", disable=not progress, dynamic_ncols=True) as bar:
         for s in range(0, len(examples), batch_size):

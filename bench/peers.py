@@ -1,0 +1,77 @@
+"""edgekit's final artifact against what people do today, in one run, on this machine.
+
+For a finished run: the FP32 teacher in ONNX Runtime; ONNX Runtime dynamic INT8 of the teacher, per-channel
+(what optimum-cli's avx512_vnni dynamic quantization does); and edgekit's final artifact. For each: size MB,
+p50/p90 latency at batch 1 on 1 thread for sequence length 128 and for the real test sentences, accuracy on
+the test split. Writes JSON and a markdown table.
+
+    python bench/peers.py artifacts/distilbert-int8 [--runs 100] [--out bench/results]
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edgekit import data, pipeline, runtime
+from edgekit.artifact import Artifact, size_mb
+from edgekit.stages import bench, evaluate, export, quantize
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="a finished run folder (with manifest.json)")
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    a = p.parse_args(argv)
+    run = a.run.resolve()
+    manifest = json.loads((run / "manifest.json").read_text())
+    recipe = manifest["recipe"]
+    data_spec = {k: v for k, v in recipe["data"].items() if k != "max_eval"}  # accuracy on the whole test split
+    splits = data.load(seed=recipe["seed"], **data_spec)
+    teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
+                   Artifact(Path(manifest["model"]["path"]), "hf"))
+    ctx = pipeline.Context(splits, teacher, recipe["seed"], recipe["max_length"], progress=True)
+    work = run / "peers"
+    fp32 = export.run(teacher, work / "teacher-fp32", ctx)
+    int8 = quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True)
+    final = Artifact.from_json(manifest["final"], run)
+    texts = work / "sentences.txt"
+    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in splits.test[:a.runs]))
+    rows = []
+    for name, art in (("teacher FP32 (ONNX Runtime)", fp32), ("teacher dynamic INT8 per-channel (ORT, optimum-style)", int8),
+                      (f"edgekit {recipe['name']} final", final)):
+        lat = bench.measure(art.path, seq_len=a.seq_len, threads=1, runs=a.runs, warmup=10, texts=texts)
+        acc = evaluate.accuracy(runtime.load(art.path), splits.test, 64, True, name)
+        rows.append({"model": name, "path": str(art.path), "size_mb": size_mb(art), "accuracy": acc,
+                     "latency_ms_p50_128": lat["fixed"]["p50"], "latency_ms_p90_128": lat["fixed"]["p90"],
+                     "latency_ms_p50_sentences": lat["sentences"]["p50"], "latency_ms_p90_sentences": lat["sentences"]["p90"],
+                     "peak_rss_mb": lat["peak_rss_mb"]})
+    base = rows[0]
+    for r in rows:
+        r["speedup_128_vs_teacher_fp32"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
+        r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
+    result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
+              "threads": 1, "batch": 1, "seq_len": a.seq_len, "runs": a.runs, "rows": rows}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
+    (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    table = markdown(result)
+    (a.out / f"{stem}.md").write_text(table)
+    print(table)
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Teacher `{result['teacher']}`, recipe `{result['recipe']}`; {result['test_examples']} test sentences; "
+             f"batch 1, {result['threads']} thread, {result['runs']} timed runs.", "",
+             "| model | size MB | accuracy | retained | p50 ms @128 | p90 ms @128 | p50 ms sentences | p90 ms sentences "
+             "| speed-up @128 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['accuracy']:.4f} | {r['accuracy_retained']:.3f} | "
+                     f"{r['latency_ms_p50_128']:.2f} | {r['latency_ms_p90_128']:.2f} | {r['latency_ms_p50_sentences']:.2f} | "
+                     f"{r['latency_ms_p90_sentences']:.2f} | {r['speedup_128_vs_teacher_fp32']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

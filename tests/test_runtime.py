@@ -1,0 +1,76 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from edgekit import data, runtime
+from edgekit.artifact import Artifact
+from edgekit.errors import EdgekitError
+from edgekit.pipeline import Context
+from edgekit.stages import export
+
+
+@pytest.fixture
+def exported(tmp_path, model_dir, csv_file):
+    splits = data.load(str(csv_file))
+    ctx = Context(splits, Artifact(model_dir, "hf"), 0, 32, False)
+    return export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=16)
+
+
+def test_export_checks_itself_and_writes_the_sidecar(exported, model_dir):
+    assert exported.metrics["label_agreement"] >= 0.99 and exported.metrics["max_abs_diff"] < 1e-4
+    meta = json.loads((exported.path.parent / "model.json").read_text())
+    assert [i["name"] for i in meta["inputs"]] == ["input_ids", "attention_mask"]
+    assert meta["max_length"] == 32 and meta["tokenizer"] == "tokenizer.json"
+    hf, onnx = runtime.load(model_dir), runtime.load(exported.path)
+    texts = ["the movie was good", "bad plot " * 40]
+    assert hf.encode(texts, 32)["input_ids"].tolist() == onnx.encode(texts)["input_ids"].tolist()
+    assert abs(hf(texts, 32)["probs"] - onnx(texts)["probs"]).max() < 1e-4
+
+
+def test_the_onnx_artifact_runs_without_edgekit(exported):
+    script = f"""
+import json, sys, numpy as np, onnxruntime as ort
+from tokenizers import Tokenizer
+folder = {str(exported.path.parent)!r}
+meta = json.load(open(folder + "/model.json"))
+tok = Tokenizer.from_file(folder + "/" + meta["tokenizer"])
+enc = tok.encode("the movie was good")
+ids = np.array([enc.ids], dtype=np.int64)
+out = ort.InferenceSession(folder + "/model.onnx").run(None, {{"input_ids": ids, "attention_mask": np.ones_like(ids)}})[0]
+assert "edgekit" not in sys.modules and "torch" not in sys.modules
+print(meta["labels"][int(out.argmax())])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in ("LABEL_0", "LABEL_1")  # the untrained tiny model keeps its default labels
+
+
+def test_missing_or_damaged_sidecar_and_model_are_clear_errors(exported):
+    folder = exported.path.parent
+    (folder / "model.json").write_text("{not json")
+    with pytest.raises(EdgekitError, match="model.json is not valid JSON"):
+        runtime.load(exported.path)
+    (folder / "model.json").write_text(json.dumps({"inputs": []}))
+    with pytest.raises(EdgekitError, match="field 'labels' missing"):
+        runtime.load(exported.path)
+    (folder / "model.json").unlink()
+    with pytest.raises(EdgekitError, match="no model.json beside it"):
+        runtime.load(exported.path)
+
+
+def test_truncated_onnx_file_is_refused(exported, tmp_path):
+    meta = json.loads((exported.path.parent / "model.json").read_text())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.onnx").write_bytes(exported.path.read_bytes()[:2000])
+    (bad / "model.json").write_text(json.dumps(meta))
+    (bad / "tokenizer.json").write_bytes((exported.path.parent / "tokenizer.json").read_bytes())
+    with pytest.raises(EdgekitError, match="cannot load .* damaged or not ONNX"):
+        runtime.load(bad / "model.onnx")
+
+
+def test_unknown_path_names_what_loads(tmp_path):
+    with pytest.raises(EdgekitError, match="give a transformers folder"):
+        runtime.load(tmp_path / "nothing.bin")

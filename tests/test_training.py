@@ -1,0 +1,66 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from edgekit import data, families, training
+from edgekit.errors import EdgekitError
+
+
+class Stop(Exception):
+    pass
+
+
+def setup(model_dir, csv_file):
+    model = families.load_model(model_dir, labels=["neg", "pos"])
+    tok = families.load_tokenizer(model_dir)
+    encoded = data.encode(tok, data.load(str(csv_file)).train, 32)
+    return model, encoded
+
+
+def loss(model, batch):
+    return F.cross_entropy(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                           batch["labels"])
+
+
+def fit(model, encoded, out, loss_fn=loss):
+    return training.train(model, encoded, loss_fn, out_dir=out, epochs=4, lr=3e-3, batch_size=16, warmup=0.1,
+                          weight_decay=0.01, checkpoint_every=4, seed=3, pad_id=0, desc="t", progress=False)
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_one_ends(model_dir, csv_file, tmp_path):
+    straight, encoded = setup(model_dir, csv_file)
+    fit(straight, encoded, tmp_path / "a")
+
+    resumed, _ = setup(model_dir, csv_file)
+    calls = {"n": 0}
+
+    def dies_at_step_10(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            raise Stop
+        return loss(model, batch)
+
+    with pytest.raises(Stop):
+        fit(resumed, encoded, tmp_path / "b", dies_at_step_10)
+    assert (tmp_path / "b" / "checkpoint" / "model.safetensors").is_file()
+    fresh, _ = setup(model_dir, csv_file)  # a new process would start from the original weights
+    fit(fresh, encoded, tmp_path / "b")
+    a, b = straight.state_dict(), fresh.state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_training_reduces_the_loss(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    batch = next(data.batches(encoded, 64, 0))
+    before = loss(model, batch).item()
+    fit(model, encoded, tmp_path / "a")
+    with torch.no_grad():
+        assert loss(model, batch).item() < before
+
+
+def test_a_corrupt_checkpoint_is_a_clear_error(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(EdgekitError, match="checkpoint .* is unreadable"):
+        fit(model, encoded, tmp_path)
