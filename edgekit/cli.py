@@ -23,6 +23,13 @@ def main(argv=None) -> int:
             raise
         print(f"edgekit: error: {e}", file=sys.stderr)
         return e.code
+    except OSError as e:  # full disk, read-only folder, vanished file: say which and what to do
+        if args.verbose:
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"edgekit: error: cannot write or read{where}: {e.strerror or e}; free space, fix permissions or "
+              f"choose another --out, then run the same command again (finished stages are kept)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("edgekit: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

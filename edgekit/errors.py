@@ -3,6 +3,10 @@ class EdgekitError(Exception):
 
     code = 1
 
+    def __init__(self, message: str):
+        # user values quoted inside a message may hold line breaks: keep the message one line, faithfully
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
+
 
 class UsageError(EdgekitError):
     """A wrong command line or recipe: exit code 2."""

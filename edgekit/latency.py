@@ -41,6 +41,17 @@ def measure(model, seq_len: int, runs: int, warmup: int, texts: list) -> dict:
     return result
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. VmHWM restarts at exec; ru_maxrss may carry the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m edgekit.latency")
     p.add_argument("model")
@@ -57,7 +68,7 @@ def main(argv=None):
     load_s = time.perf_counter() - t
     texts = Path(a.texts).read_text().splitlines() if a.texts else []
     result = measure(model, a.seq_len, a.runs, a.warmup, texts)
-    result.update(load_s=round(load_s, 3), peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    result.update(load_s=round(load_s, 3), peak_rss_mb=peak_rss_mb(),
                   seq_len=a.seq_len, threads=a.threads, runs=a.runs)
     json.dump(result, sys.stdout)
 

@@ -165,6 +165,9 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         (partial / ".key").write_text(key)
+    import torch
+
+    torch.manual_seed(ctx.seed)  # new heads and dropout start the same on every run and every resume
     result = stages.entry(name)(artifact, partial, ctx, **settings)
     shutil.rmtree(partial / "checkpoint", ignore_errors=True)  # the finished model is saved; optimizer state is not needed
     (partial / ".key").unlink()
@@ -180,11 +183,15 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
 def read_manifest(path: Path) -> dict:
     if not path.is_file():
         return {}
+    from edgekit import schemas
+
     try:
         manifest = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return {}  # an unreadable manifest is never trusted: every stage runs again
-    return manifest if isinstance(manifest, dict) and manifest.get("schema") == SCHEMA else {}
+        schemas.validate(manifest, schemas.MANIFEST, str(path))
+    except (json.JSONDecodeError, UnicodeDecodeError, EdgekitError) as e:
+        log(f"warning: {path} is unreadable or invalid ({str(e)[:120]}); every stage runs again", True)
+        return {}  # an untrusted manifest is never used to skip work
+    return manifest
 
 
 def reusable(previous: dict, index: int, name: str, key: str, out: Path):

