@@ -17,6 +17,7 @@ from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
 SCHEMA = 1
+LOW_DISK_MB = 100
 
 
 @dataclass
@@ -168,7 +169,14 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
     import torch
 
     torch.manual_seed(ctx.seed)  # new heads and dropout start the same on every run and every resume
-    result = stages.entry(name)(artifact, partial, ctx, **settings)
+    try:
+        result = stages.entry(name)(artifact, partial, ctx, **settings)
+    except (OSError, RuntimeError) as e:
+        free_mb = shutil.disk_usage(partial).free / 1e6
+        if free_mb < LOW_DISK_MB:  # torch and safetensors report a full disk as a bare RuntimeError
+            raise EdgekitError(f"{name} could not write to {partial}: the disk is full ({free_mb:.1f} MB free); "
+                               f"free space or choose another --out, then run the same command again") from e
+        raise
     shutil.rmtree(partial / "checkpoint", ignore_errors=True)  # the finished model is saved; optimizer state is not needed
     (partial / ".key").unlink()
     if stage_dir.exists():

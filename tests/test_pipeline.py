@@ -24,7 +24,7 @@ def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_p
         assert isinstance(final[key], (int, float)), key
     assert m["final"]["path"] == "04-quantize/model.onnx" and m["final"]["kind"] == "onnx"
     assert final["params"] < m["stages"][0]["metrics"]["params"]  # the student is smaller than the teacher
-    assert m["stages"][3]["metrics"]["size_mb"] < m["stages"][2]["metrics"]["size_mb"] * 0.5  # INT8 < FP32 / 2
+    assert m["stages"][3]["metrics"]["size_mb"] < m["stages"][2]["metrics"]["size_mb"] * 0.8  # INT8 (scales dominate a tiny model)
     assert m["budgets"] == [{"metric": "size_mb", "op": "<=", "target": 100.0, "actual": final["size_mb"], "ok": True}]
     for stage in m["stages"]:
         assert stage["files"] and all((out / rel).is_file() for rel in stage["files"])
