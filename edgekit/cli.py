@@ -59,7 +59,16 @@ def build_parser():
     a.add_argument("action", nargs="?", choices=["list", "fetch"], default="list")
     a.add_argument("name", nargs="?")
     a.set_defaults(func=cmd_assets)
-    for s in (c, r, a):
+    g = sub.add_parser("gate", help="check a finished run (or model files, for size) against budgets; exit 3 if over")
+    g.add_argument("path", help="a run folder, its manifest.json, or (size only) a model file or folder")
+    g.add_argument("--max-size-mb", type=float)
+    g.add_argument("--max-latency-ms-p90", type=float)
+    g.add_argument("--min-accuracy-retained", type=float)
+    g.add_argument("--budget", action="append", default=[], metavar="METRIC<=N", help="any metric, repeatable")
+    g.add_argument("--target", help="check the results of this device target")
+    g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    g.set_defaults(func=cmd_gate)
+    for s in (c, r, a, g):
         s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -102,6 +111,20 @@ def summary(manifest: dict) -> str:
         rows.append(f"budget {b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
                     f"{'ok' if b['ok'] else 'OVER BUDGET'}")
     return "\n".join(rows)
+
+
+def cmd_gate(args) -> int:
+    from edgekit import gate
+
+    budgets = [gate.parse_budget(b) for b in args.budget]
+    for value, metric, op in ((args.max_size_mb, "size_mb", "<="), (args.max_latency_ms_p90, "latency_ms_p90", "<="),
+                              (args.min_accuracy_retained, "accuracy_retained", ">=")):
+        if value is not None:
+            budgets.append((metric, op, value))
+    rows = gate.check(args.path, budgets, args.target)
+    print("\n".join(gate.lines(rows)))
+    gate.write_reports(rows, str(args.path), args.junit)
+    return 0 if all(r["ok"] for r in rows) else OVER_BUDGET
 
 
 def cmd_recipes(args) -> int:

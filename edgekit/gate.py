@@ -1,0 +1,138 @@
+"""Budgets as a CI gate: check a finished run (or, for size alone, plain model files) against budgets.
+
+Never passes when it could not check: an unreadable or newer manifest, a missing output or a metric the
+run did not measure is an error (exit 1), not a pass. Imports nothing heavy (no torch): it reads files.
+"""
+import json
+import os
+import re
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+from edgekit import recipe as recipes
+from edgekit.errors import EdgekitError, UsageError
+
+SCHEMA = 1
+WEIGHT_SUFFIXES = (".onnx", ".safetensors", ".tflite", ".pt", ".data")
+
+
+def parse_budget(text: str) -> tuple:
+    """'peak_rss_mb<=300' -> ('peak_rss_mb', '<=', 300.0)."""
+    match = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*(<=|>=|<|>)\s*(\S+)\s*", text)
+    try:
+        metric, op, bound = match.group(1), match.group(2), float(match.group(3))
+    except (AttributeError, ValueError):
+        raise UsageError(f"budget '{text}' must look like METRIC<=NUMBER (operators: <=, >=, <, >)")
+    if metric not in recipes.METRICS:
+        raise UsageError(f"budget '{text}' names unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
+    return metric, op, bound
+
+
+def weights_mb(path: Path) -> float:
+    """Size of the weights of a model file or folder, in MB, from the files alone."""
+    path = Path(path)
+    if path.is_file():
+        siblings = [path] + [p for p in path.parent.glob(path.name + ".data")]
+        return round(sum(p.stat().st_size for p in siblings) / 1e6, 3)
+    files = [p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES]
+    if not files:
+        raise EdgekitError(f"{path} holds no model weights ({', '.join(WEIGHT_SUFFIXES)}); nothing to gate")
+    return round(sum(p.stat().st_size for p in files) / 1e6, 3)
+
+
+def load_manifest(path: Path) -> tuple:
+    """(manifest, run folder) from a run folder or a manifest.json path."""
+    manifest_path = path / "manifest.json" if path.is_dir() else path
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as e:
+        raise EdgekitError(f"cannot read {manifest_path} ({getattr(e, 'strerror', None) or e}); give a run folder "
+                           f"or its manifest.json")
+    version = manifest.get("schema") if isinstance(manifest, dict) else None
+    if version != SCHEMA:
+        raise EdgekitError(f"{manifest_path} has manifest schema {version!r}; this edgekit reads schema {SCHEMA}: "
+                           f"upgrade edgekit or re-run the recipe")
+    from edgekit import schemas
+
+    schemas.validate(manifest, schemas.MANIFEST, str(manifest_path))
+    if manifest["status"] == "running" or not manifest.get("final"):
+        raise EdgekitError(f"{manifest_path} is from an unfinished run; run the same compress command to finish it")
+    return manifest, manifest_path.parent
+
+
+def check(path, budgets: list, target: str = None) -> list:
+    """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given."""
+    path = Path(path)
+    if not path.exists():
+        raise EdgekitError(f"{path} does not exist; give a run folder, its manifest.json, or a model file or folder")
+    is_run = (path / "manifest.json").is_file() or path.suffix == ".json"
+    if not is_run:  # plain model files: only size can be known without running anything
+        others = [b for b in budgets if b[0] != "size_mb"]
+        if others or not budgets:
+            raise EdgekitError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
+        return [row("size_mb", op, bound, weights_mb(path)) for _, op, bound in budgets]
+    manifest, run = load_manifest(path)
+    missing = [rel for stage in manifest["stages"] for rel in stage["files"] if not (run / rel).is_file()]
+    if missing:
+        raise EdgekitError(f"{run} is missing stage outputs ({missing[0]} and {len(missing) - 1} more); "
+                           f"re-run the recipe to restore them")
+    metrics = dict(manifest["final"]["metrics"])
+    if target:
+        targets = manifest.get("targets") or {}
+        if target not in targets:
+            raise EdgekitError(f"{run} has no results for target '{target}'; targets with results: "
+                               f"{', '.join(targets) or 'none'}")
+        metrics.update(targets[target].get("metrics", {}))
+    final_path = Path(manifest["final"]["path"])
+    metrics["size_mb"] = weights_mb(final_path if final_path.is_absolute() else run / final_path)
+    if not budgets:
+        budgets = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
+        if not budgets:
+            raise UsageError("the run's recipe has no budgets; give --max-size-mb, --max-latency-ms-p90, "
+                             "--min-accuracy-retained or --budget METRIC<=N")
+    rows = []
+    for metric, op, bound in budgets:
+        if not isinstance(metrics.get(metric), (int, float)):
+            raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
+                               f"accuracy, bench for latency and memory) or drop that budget")
+        rows.append(row(metric, op, bound, metrics[metric]))
+    return rows
+
+
+def row(metric: str, op: str, bound: float, actual: float) -> dict:
+    ok = {"<=": actual <= bound, ">=": actual >= bound, "<": actual < bound, ">": actual > bound}[op]
+    return {"metric": metric, "op": op, "target": bound, "actual": actual, "ok": bool(ok)}
+
+
+def lines(rows: list) -> list:
+    return [f"{r['metric']:22s} {r['actual']:>10g} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}"
+            for r in rows]
+
+
+def markdown(rows: list, title: str) -> str:
+    out = [f"### edgekit gate: {title}", "", "| metric | actual | budget | ok |", "|---|---:|---:|---|"]
+    out += [f"| {r['metric']} | {r['actual']:g} | {r['op']} {r['target']:g} | {'✅' if r['ok'] else '❌'} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def junit(rows: list, title: str) -> str:
+    failures = sum(not r["ok"] for r in rows)
+    cases = []
+    for r in rows:
+        name = quoteattr(f"{r['metric']} {r['op']} {r['target']:g}")
+        actual = quoteattr(f"actual {r['actual']:g}")
+        body = "" if r["ok"] else f"<failure message={actual}/>"
+        cases.append(f'  <testcase classname="edgekit.gate" name={name}>{body}</testcase>')
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr("edgekit gate " + title)} '
+            f'tests="{len(rows)}" failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def write_reports(rows: list, title: str, junit_file: str = None) -> None:
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as f:
+            f.write(markdown(rows, title))
+    if junit_file:
+        tmp = Path(junit_file).with_name(Path(junit_file).name + ".tmp")
+        tmp.write_text(junit(rows, title))
+        os.replace(tmp, junit_file)

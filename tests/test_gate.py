@@ -1,0 +1,94 @@
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from edgekit import cli, gate, pipeline, recipe
+from edgekit.errors import EdgekitError, UsageError
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    from edgekit import testing
+
+    root = tmp_path_factory.mktemp("gate")
+    text = testing.tiny_recipe(testing.make_model_dir(root / "m"), testing.make_csv(root / "d.csv"))
+    (root / "r.yaml").write_text(text)
+    pipeline.run(recipe.load(str(root / "r.yaml")), root / "run", progress=False)
+    return root / "run"
+
+
+@pytest.fixture
+def finished(one_run, tmp_path):
+    """A private copy of one finished run, free to damage."""
+    shutil.copytree(one_run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_gate_passes_and_fails_on_real_metrics(finished, tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code = cli.main(["gate", str(finished), "--max-size-mb", "100", "--max-latency-ms-p90", "100000",
+                     "--min-accuracy-retained", "1.5", "--junit", str(tmp_path / "gate.xml")])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 3 and len(out) == 3
+    assert out[0].split()[0] == "size_mb" and out[0].endswith("ok") and out[2].endswith("OVER")
+    suite = ET.parse(tmp_path / "gate.xml").getroot()
+    assert suite.get("tests") == "3" and suite.get("failures") == "1"
+    assert "| accuracy_retained |" in summary.read_text() and "❌" in summary.read_text()
+    assert cli.main(["gate", str(finished / "manifest.json"), "--max-size-mb", "100"]) == 0
+
+
+def test_without_flags_the_recipe_budgets_are_checked(finished):
+    rows = gate.check(finished, [])
+    assert [r["metric"] for r in rows] == ["size_mb"] and rows[0]["ok"]
+
+
+def test_size_is_read_from_the_files_not_trusted_from_the_manifest(finished):
+    manifest = json.loads((finished / "manifest.json").read_text())
+    manifest["final"]["metrics"]["size_mb"] = 0.0001
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    actual = gate.check(finished, [("size_mb", "<=", 100.0)])[0]["actual"]
+    assert actual == pytest.approx((finished / "04-quantize" / "model.onnx").stat().st_size / 1e6, abs=1e-3)
+
+
+def test_size_only_gate_on_model_files_does_not_import_torch(finished):
+    model = finished / "04-quantize" / "model.onnx"
+    code = ("import sys; from edgekit import cli; rc = cli.main(['gate', %r, '--max-size-mb', '0.001']); "
+            "assert 'torch' not in sys.modules; sys.exit(rc)" % str(model))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert "OVER" in done.stdout
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(schema=2), "manifest schema 2; this edgekit reads schema 1"),
+    (lambda m: m.update(status="running"), "unfinished run"),
+    (lambda m: m["stages"][0]["files"].update({"01-finetune/gone.bin": "0" * 64}), "missing stage outputs"),
+])
+def test_gate_never_passes_when_it_could_not_check(finished, change, message):
+    manifest = json.loads((finished / "manifest.json").read_text())
+    change(manifest)
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(EdgekitError, match=message):
+        gate.check(finished, [("size_mb", "<=", 100.0)])
+
+
+def test_bad_budgets_and_targets(finished, tmp_path):
+    with pytest.raises(UsageError, match="unknown metric 'speed'"):
+        gate.parse_budget("speed<=3")
+    with pytest.raises(UsageError, match="must look like METRIC<=NUMBER"):
+        gate.parse_budget("size_mb<=lots")
+    assert gate.parse_budget("peak_rss_mb <= 300") == ("peak_rss_mb", "<=", 300.0)
+    with pytest.raises(EdgekitError, match="no results for target 'pi4'; targets with results: none"):
+        gate.check(finished, [("size_mb", "<=", 1.0)], target="pi4")
+    with pytest.raises(EdgekitError, match="only --max-size-mb can be checked"):
+        gate.check(finished / "04-quantize" / "model.onnx", [("accuracy", ">=", 0.5)])
+    with pytest.raises(EdgekitError, match="does not exist"):
+        gate.check(tmp_path / "nowhere", [])
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(EdgekitError, match="cannot read"):
+        gate.check(tmp_path / "bad.json", [])
