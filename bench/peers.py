@@ -56,6 +56,7 @@ def main(argv=None):
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
     (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (work / "peers.json").write_text(json.dumps(result, indent=2))  # edgekit report plots these beside the run
     table = markdown(result)
     (a.out / f"{stem}.md").write_text(table)
     print(table)

@@ -68,7 +68,11 @@ def build_parser():
     g.add_argument("--target", help="check the results of this device target")
     g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     g.set_defaults(func=cmd_gate)
-    for s in (c, r, a, g):
+    rp = sub.add_parser("report", help="report.md, report.html and plots from one or more finished runs")
+    rp.add_argument("runs", nargs="+", help="run folders")
+    rp.add_argument("--out", help="folder for the report (default: RUN/report for one run, artifacts/report for several)")
+    rp.set_defaults(func=cmd_report)
+    for s in (c, r, a, g, rp):
         s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -125,6 +129,15 @@ def cmd_gate(args) -> int:
     print("\n".join(gate.lines(rows)))
     gate.write_reports(rows, str(args.path), args.junit)
     return 0 if all(r["ok"] for r in rows) else OVER_BUDGET
+
+
+def cmd_report(args) -> int:
+    from edgekit import report
+
+    out = Path(args.out) if args.out else (Path(args.runs[0]) / "report" if len(args.runs) == 1
+                                           else Path("artifacts") / "report")
+    print(report.build(args.runs, out))
+    return 0
 
 
 def cmd_recipes(args) -> int:

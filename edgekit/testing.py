@@ -59,19 +59,18 @@ def make_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
     return path
 
 
+TINY_SETTINGS = {
+    "finetune": "{epochs: 4, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}",
+    "distill": "{epochs: 3, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}",
+    "prune": "{heads_keep: 0.5, ffn_keep: 0.5, recover_epochs: 2, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}",
+    "export": "{check_sentences: 16}",
+    "quantize": "{check_sentences: 16}",
+    "bench": "{seq_len: 32, runs: 5, warmup: 1}",
+}
+
+
 def tiny_recipe(model_dir, csv_file, stages=("finetune", "distill", "export", "quantize", "evaluate", "bench")) -> str:
     """Recipe text running the given stages on the tiny model and data in seconds."""
-    return f"""
-description: tiny end-to-end recipe for tests
-teacher: {model_dir}
-data: {{source: {csv_file}}}
-max_length: 32
-stages: [{", ".join(stages)}]
-finetune: {{epochs: 4, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}}
-distill: {{epochs: 3, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}}
-export: {{check_sentences: 16}}
-quantize: {{check_sentences: 16}}
-bench: {{seq_len: 32, runs: 5, warmup: 1}}
-budgets: {{size_mb: "<= 100"}}
-""" + ("prune: {heads_keep: 0.5, ffn_keep: 0.5, recover_epochs: 2, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}\n"
-       if "prune" in stages else "")
+    settings = "".join(f"{s}: {TINY_SETTINGS[s]}\n" for s in stages if s in TINY_SETTINGS)
+    return (f"description: tiny end-to-end recipe for tests\nteacher: {model_dir}\ndata: {{source: {csv_file}}}\n"
+            f"max_length: 32\nstages: [{', '.join(stages)}]\n{settings}budgets: {{size_mb: \"<= 100\"}}\n")

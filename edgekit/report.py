@@ -1,0 +1,254 @@
+"""report.md and a self-contained report.html (plots embedded) from one or more finished runs.
+
+Plots: accuracy against latency for every evaluated artifact (bubble area = size, Pareto front marked),
+where the bytes of each model go (embeddings, attention, FFN, other), heads kept per layer after pruning.
+"""
+import base64
+import html
+import json
+import os
+from pathlib import Path
+
+from edgekit.gate import load_manifest
+
+PARTS = ("embeddings", "attention", "ffn", "other")
+ATTENTION = ("attention", "query", "key", "value", "q_lin", "k_lin", "v_lin", "out_lin", "attn")
+FFN = ("intermediate", "ffn", "output/dense", "output.dense")
+
+
+def part_of(name: str) -> str:
+    """Which part of a transformer a weight or node name belongs to."""
+    n = name.lower()
+    if "embed" in n:
+        return "embeddings"
+    if any(a in n for a in ATTENTION):
+        return "attention"
+    if any(f in n for f in FFN) and "attention" not in n:
+        return "ffn"
+    return "other"
+
+
+def breakdown(path: Path) -> dict:
+    """MB per part for a transformers folder (safetensors) or an ONNX file (tensors, named by the node using
+    them); `other` holds the classifier, and for ONNX also the graph itself."""
+    sizes = dict.fromkeys(PARTS, 0.0)
+    path = Path(path)
+    if path.is_dir():
+        from safetensors import safe_open
+
+        with safe_open(str(path / "model.safetensors"), "np") as f:
+            for key in f.keys():
+                t = f.get_slice(key)
+                count = 1
+                for d in t.get_shape():
+                    count *= d
+                sizes[part_of(key)] += count * _itemsize(t.get_dtype()) / 1e6
+        return {k: round(v, 3) for k, v in sizes.items()}
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    consumer = {}
+    for node in model.graph.node:
+        for i in node.input:
+            consumer.setdefault(i, node.name)
+    tensors = [(t, t.name + " " + consumer.get(t.name, "")) for t in model.graph.initializer]
+    tensors += [(a.t, node.name + " " + consumer.get(node.output[0], "")) for node in model.graph.node
+                if node.op_type == "Constant" for a in node.attribute if a.name == "value"]
+    for tensor, name in tensors:
+        count = 1
+        for d in tensor.dims:
+            count *= d
+        sizes[part_of(name)] += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize / 1e6
+    sizes["other"] += max(0.0, path.stat().st_size / 1e6 - sum(sizes.values()))  # the graph itself, scales, names
+    return {k: round(v, 3) for k, v in sizes.items()}
+
+
+def _itemsize(dtype: str) -> int:
+    return {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}.get(dtype, 4)
+
+
+def points(runs: list) -> list:
+    """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb)."""
+    out = []
+    for manifest, run in runs:
+        m = manifest["final"]["metrics"]
+        if isinstance(m.get("accuracy"), (int, float)) and isinstance(m.get("latency_ms_p50"), (int, float)):
+            out.append((f"{run.name}: {manifest['final']['path']}", m["accuracy"], m["latency_ms_p50"],
+                        m.get("size_mb") or 0.0))
+        peers = run / "peers" / "peers.json"  # written by bench/peers.py: the teacher and its usual INT8
+        if peers.is_file():
+            for r in json.loads(peers.read_text())["rows"]:
+                if not r["model"].startswith("edgekit"):
+                    out.append((f"{run.name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"]))
+    return out
+
+
+def pareto(pts: list) -> list:
+    """Points no other point beats on both accuracy (higher) and latency (lower)."""
+    return [p for p in pts if not any(q[1] >= p[1] and q[2] <= p[2] and (q[1] > p[1] or q[2] < p[2]) for q in pts)]
+
+
+def plot_tradeoff(pts: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    front = sorted(pareto(pts), key=lambda p: p[2])
+    for i, (label, acc, lat, size) in enumerate(pts):
+        ax.scatter(lat, acc, s=max(20.0, size * 8), alpha=0.55, label=f"{i + 1}: {label} ({size:.1f} MB)")
+        ax.annotate(str(i + 1), (lat, acc), textcoords="offset points", xytext=(6, 6), fontsize=9)
+    if front:
+        ax.plot([p[2] for p in front], [p[1] for p in front], "k--", linewidth=1, label="Pareto front")
+    ax.set_xlabel("latency p50, batch 1 (ms)")
+    ax.set_ylabel("accuracy (test split)")
+    ax.set_title("accuracy against latency (bubble area = size)")
+    ax.grid(alpha=0.3)
+    ax.margins(0.15)
+    legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
+    for handle in legend.legend_handles:
+        if hasattr(handle, "set_sizes"):
+            handle.set_sizes([30])  # one marker size in the legend; area is read from the plot
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_breakdown(rows: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows)
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.5), dpi=120)
+    left = [0.0] * len(names)
+    for part in PARTS:
+        values = [rows[n][part] for n in names]
+        ax.barh(names, values, left=left, label=part)
+        left = [a + b for a, b in zip(left, values)]
+    ax.set_xlabel("size (MB)")
+    ax.set_title("where the bytes go, per artifact")
+    ax.legend(ncol=4, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.08), frameon=False)
+    ax.invert_yaxis()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_heads(heads: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, len(heads) * 0.7), 1.8), dpi=120)
+    image = ax.imshow([heads], cmap="viridis", aspect="auto", vmin=0)
+    for i, h in enumerate(heads):
+        ax.text(i, 0, str(h), ha="center", va="center", color="white", fontsize=9)
+    ax.set_xticks(range(len(heads)), [f"layer {i}" for i in range(len(heads))], fontsize=8)
+    ax.set_yticks([])
+    ax.set_title("attention heads kept per layer")
+    fig.colorbar(image, ax=ax, label="heads")
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def build(run_dirs: list, out: Path) -> Path:
+    runs = [load_manifest(Path(r)) for r in run_dirs]
+    out.mkdir(parents=True, exist_ok=True)
+    md = ["# edgekit report", ""]
+    images = []
+    for manifest, run in runs:
+        md += [f"## {run.name} (recipe `{manifest['recipe']['name']}`, teacher `{manifest['recipe']['teacher']}`)", "",
+               "| stage | seconds | params | size MB | accuracy | latency p50 ms | output |",
+               "|---|---:|---:|---:|---:|---:|---|"]
+        for s in manifest["stages"]:
+            m = s["metrics"]
+            md.append(f"| {s['name']} | {s['seconds']:.0f}{' (reused)' if s.get('reused') else ''} | "
+                      f"{_fmt(m.get('params'), 'M')} | {_fmt(m.get('size_mb'))} | {_fmt(m.get('accuracy'), 'acc')} | "
+                      f"{_fmt(m.get('latency_ms_p50'))} | `{s['output']['path']}` |")
+        md += ["", "| budget | actual | ok |", "|---|---:|---|"]
+        md += [f"| {b['metric']} {b['op']} {b['target']:g} | {b['actual']} | {'yes' if b['ok'] else '**no**'} |"
+               for b in manifest["budgets"]]
+        for name, result in (manifest.get("targets") or {}).items():
+            md += ["", f"Target `{name}`: " + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
+        heads = next((s["metrics"]["heads_kept"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
+        if heads:
+            png = out / f"heads-{run.name}.png"
+            plot_heads(heads, png)
+            images.append(png)
+            md += ["", f"![heads kept per layer]({png.name})"]
+        md.append("")
+    pts = points(runs)
+    if pts:
+        plot_tradeoff(pts, out / "tradeoff.png")
+        images.append(out / "tradeoff.png")
+        front = pareto(pts)
+        md += ["## Accuracy against latency", "", "![accuracy against latency](tradeoff.png)", "",
+               "| artifact | accuracy | latency p50 ms | size MB | Pareto |", "|---|---:|---:|---:|---|"]
+        md += [f"| {p[0]} | {p[1]:.4f} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |" for p in pts]
+        md.append("")
+    sizes = {}
+    for manifest, run in runs:
+        for s in manifest["stages"]:
+            path = run / s["output"]["path"]
+            label = f"{run.name}/{s['output']['path']}"
+            if label not in sizes and (path.suffix == ".onnx" or (path / "model.safetensors").is_file()):
+                sizes[label] = breakdown(path)
+    if sizes:
+        plot_breakdown(sizes, out / "sizes.png")
+        images.append(out / "sizes.png")
+        md += ["## Size breakdown", "", "![size breakdown](sizes.png)", "",
+               "| artifact | " + " | ".join(f"{p} MB" for p in PARTS) + " |", "|---|" + "---:|" * len(PARTS)]
+        md += [f"| {k} | " + " | ".join(f"{v[p]:.2f}" for p in PARTS) + " |" for k, v in sizes.items()]
+    text = "\n".join(md) + "\n"
+    _write(out / "report.md", text)
+    _write(out / "report.html", to_html(text, images))
+    return out / "report.md"
+
+
+def _fmt(v, kind: str = "") -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    return f"{v / 1e6:.1f}M" if kind == "M" else f"{v:.4f}" if kind == "acc" else f"{v:.2f}"
+
+
+def to_html(markdown: str, images: list) -> str:
+    """A small markdown subset (headings, tables, images, paragraphs) to one HTML file with images inlined."""
+    inline = {p.name: "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode() for p in images}
+    body, table = [], []
+
+    def flush():
+        if table:
+            rows = [r for r in table if not set(r.replace("|", "").strip()) <= set("-: ")]
+            cells = [[html.escape(c.strip()).replace("`", "") for c in r.strip().strip("|").split("|")] for r in rows]
+            head = "".join(f"<th>{c}</th>" for c in cells[0])
+            rest = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
+            body.append(f"<table><tr>{head}</tr>{rest}</table>")
+            table.clear()
+
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+        elif line.startswith("!["):
+            alt, src = line[2:].split("](")
+            body.append(f'<img alt="{html.escape(alt)}" src="{inline.get(src.rstrip(")"), "")}">')
+        elif line.strip():
+            body.append(f"<p>{html.escape(line).replace('`', '')}</p>")
+    flush()
+    style = ("body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+             "td:first-child,th:first-child{text-align:left}img{max-width:100%}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>edgekit report</title><style>{style}</style>" \
+           f"</head><body>{''.join(body)}</body></html>\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

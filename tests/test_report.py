@@ -1,0 +1,50 @@
+import re
+
+import pytest
+
+from edgekit import cli, pipeline, recipe, report, testing
+
+
+@pytest.fixture(scope="module")
+def pruned_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    stages = ("finetune", "prune", "export", "quantize", "evaluate", "bench")
+    text = testing.tiny_recipe(testing.make_model_dir(root / "m"), testing.make_csv(root / "d.csv"), stages)
+    (root / "r.yaml").write_text(text.replace("recover_epochs: 2", "recover_epochs: 0"))
+    pipeline.run(recipe.load(str(root / "r.yaml")), root / "run", progress=False)
+    return root / "run"
+
+
+def test_report_has_tables_plots_and_a_self_contained_html(pruned_run, tmp_path, capsys):
+    assert cli.main(["report", str(pruned_run), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| prune |" in md and "| size_mb <= 100 |" in md and "Pareto" in md
+    for png in ("tradeoff.png", "sizes.png", "heads-run.png"):
+        assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert not re.search(r'src="(?!data:)', page)  # nothing loaded from elsewhere
+
+
+def test_size_breakdown_adds_up_and_shrinks_with_int8(pruned_run):
+    fp32 = report.breakdown(pruned_run / "03-export" / "model.onnx")
+    int8 = report.breakdown(pruned_run / "04-quantize" / "model.onnx")
+    hf = report.breakdown(pruned_run / "02-prune" / "model")
+    assert fp32["embeddings"] > 0 and fp32["attention"] > 0 and fp32["ffn"] > 0
+    assert sum(fp32.values()) == pytest.approx((pruned_run / "03-export" / "model.onnx").stat().st_size / 1e6, rel=0.1)
+    assert int8["attention"] < fp32["attention"] and int8["ffn"] < fp32["ffn"]
+    assert hf["attention"] == pytest.approx(fp32["attention"], rel=0.1)
+
+
+def test_pareto_front():
+    pts = [("a", 0.9, 10, 1), ("b", 0.8, 5, 1), ("c", 0.7, 8, 1), ("d", 0.9, 12, 1)]
+    assert [p[0] for p in report.pareto(pts)] == ["a", "b"]
+
+
+def test_parts_are_named_in_the_words_of_the_field():
+    assert report.part_of("bert.embeddings.word_embeddings.weight") == "embeddings"
+    assert report.part_of("onnx::MatMul_12 /m/bert/encoder/layer.0/attention/self/query/MatMul") == "attention"
+    assert report.part_of("bert.encoder.layer.0.intermediate.dense.weight") == "ffn"
+    assert report.part_of("bert.encoder.layer.0.output.dense.weight") == "ffn"
+    assert report.part_of("bert.encoder.layer.0.attention.output.dense.weight") == "attention"
+    assert report.part_of("classifier.weight") == "other"
