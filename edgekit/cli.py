@@ -72,7 +72,21 @@ def build_parser():
     rp.add_argument("runs", nargs="+", help="run folders")
     rp.add_argument("--out", help="folder for the report (default: RUN/report for one run, artifacts/report for several)")
     rp.set_defaults(func=cmd_report)
-    for s in (c, r, a, g, rp):
+    cp = sub.add_parser("compare", help="the model-selection table: size, latency, memory, accuracy per model")
+    cp.add_argument("models", nargs="*", help="assets, local folders or config.json files")
+    cp.add_argument("--families", action="store_true", help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes")
+    cp.add_argument("--data", help="a dataset, for the accuracy of task models whose labels match it")
+    cp.add_argument("--threads", type=int, default=1)
+    cp.add_argument("--out", default="artifacts/compare")
+    cp.set_defaults(func=cmd_compare)
+    sw = sub.add_parser("sweep", help="run a recipe over a grid (key=v1,v2 ...), sharing stages; report the Pareto front")
+    sw.add_argument("--recipe", default="distilbert-int8")
+    sw.add_argument("--out", help="sweep folder (default artifacts/sweep-<recipe>)")
+    sw.add_argument("--ray", metavar="ADDRESS", help="run grid points as tasks on this Ray cluster (HOST:PORT)")
+    sw.add_argument("--quiet", action="store_true")
+    sw.add_argument("overrides", nargs="+", metavar="key=v1,v2")
+    sw.set_defaults(func=cmd_sweep)
+    for s in (c, r, a, g, rp, cp, sw):
         s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -137,6 +151,27 @@ def cmd_report(args) -> int:
     out = Path(args.out) if args.out else (Path(args.runs[0]) / "report" if len(args.runs) == 1
                                            else Path("artifacts") / "report")
     print(report.build(args.runs, out))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from edgekit import compare
+
+    specs = list(args.models) + (list(compare.FAMILY_CONFIGS) if args.families else [])
+    rows = compare.run(specs, Path(args.out), args.data, args.threads)
+    print(compare.markdown(rows), end="")
+    print(f"written: {Path(args.out) / 'compare.md'}, compare.csv, compare.png")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from edgekit import sweep
+
+    name = Path(args.recipe).stem
+    out = Path(args.out) if args.out else Path("artifacts") / f"sweep-{name}"
+    result = sweep.sweep(args.recipe, args.overrides, out, args.ray, progress=not args.quiet)
+    print(result["table"])
+    print(f"written: {out / 'sweep.md'}, {out / 'report' / 'report.md'}")
     return 0
 
 

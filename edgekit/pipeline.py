@@ -102,19 +102,20 @@ def log(msg: str, progress: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def run(recipe: dict, out: Path, progress: bool = True) -> dict:
+def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> dict:
+    """Run a recipe into `out`. `shared`: a folder of finished stages, by key, that several runs draw on (sweeps)."""
     out = Path(out).resolve()
     splits = data.load(seed=recipe["seed"], **recipe["data"])
     source = resolve_model(recipe["teacher"])
     prepare_out(out)
     held = lock(out)
     try:
-        return _run(recipe, out, source, splits, progress)
+        return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None)
     finally:
         held.close()
 
 
-def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progress: bool) -> dict:
+def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progress: bool, shared: Path = None) -> dict:
     previous = read_manifest(out / "manifest.json")
     manifest = {"schema": SCHEMA, "edgekit_version": edgekit.__version__, "status": "running", "recipe": recipe,
                 "model": {"spec": recipe["teacher"], "path": str(source.path), "fingerprint": fingerprint(source.path)},
@@ -131,6 +132,12 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                                         sort_keys=True, default=str).encode()).hexdigest()
         stage_dir = out / f"{i:02d}-{name}"
         entry = reusable(previous, i - 1, name, key, out)
+        if not entry and shared:
+            entry = from_shared(shared, key, stage_dir)
+            if entry:  # same key: same input content; paths are this run's own
+                entry["input"] = artifact.to_json(out)
+                if not entry["output"]["path"].startswith(stage_dir.name + "/"):
+                    entry["output"]["path"] = entry["input"]["path"]
         if entry:
             log(f"[{i}/{len(recipe['stages'])}] {name}: unchanged, reused {stage_dir.name}", progress)
             entry["reused"] = True
@@ -144,6 +151,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                      "seconds": round(time.time() - started, 2), "metrics": artifact.metrics,
                      "files": {str(p.relative_to(out)): assets.sha256_file(p)
                                for p in sorted(stage_dir.rglob("*")) if p.is_file()}, "reused": False}
+            if shared:
+                to_shared(shared, entry, stage_dir, out)
         manifest["stages"].append(entry)
         input_print = hashlib.sha256(json.dumps(entry["files"], sort_keys=True).encode()).hexdigest() \
             if entry["files"] and Path(artifact.path).is_relative_to(stage_dir) else input_print
@@ -213,6 +222,49 @@ def reusable(previous: dict, index: int, name: str, key: str, out: Path):
         path = out / rel
         if not path.is_file() or assets.sha256_file(path) != sha:
             return None
+    return entry
+
+
+def to_shared(shared: Path, entry: dict, stage_dir: Path, out: Path) -> None:
+    """Publish a finished stage under its key (hard links: no copy of the weights)."""
+    target = shared / entry["key"]
+    if target.exists():
+        return
+    tmp = shared / f".{entry['key']}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(stage_dir, tmp / "stage", copy_function=os.link)
+    rel = {k: v for k, v in entry.items() if k != "reused"}
+    write_json(tmp / "entry.json", {"stage_dir": stage_dir.name, **rel})
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another run published the same stage first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def from_shared(shared: Path, key: str, stage_dir: Path):
+    """Take a finished stage with this key from the shared folder, if its files are intact."""
+    source = shared / key
+    try:
+        entry = json.loads((source / "entry.json").read_text())
+    except (OSError, ValueError):
+        return None
+    old_dir = entry.pop("stage_dir")
+    files = {}
+    for rel, sha in entry["files"].items():
+        path = source / "stage" / Path(rel).relative_to(old_dir)
+        if not path.is_file() or assets.sha256_file(path) != sha:
+            return None
+        files[str(Path(stage_dir.name) / Path(rel).relative_to(old_dir))] = sha
+    tmp = stage_dir.with_name(stage_dir.name + f".{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source / "stage", tmp, copy_function=os.link)
+    shutil.rmtree(stage_dir, ignore_errors=True)
+    os.replace(tmp, stage_dir)
+
+    entry["files"] = files
+    path = Path(entry["output"]["path"])
+    if path.parts and path.parts[0] == old_dir:
+        entry["output"] = dict(entry["output"], path=str(Path(stage_dir.name) / path.relative_to(old_dir)))
     return entry
 
 

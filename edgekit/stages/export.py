@@ -28,27 +28,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
     if artifact.kind != "hf":
         raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
     model = families.load_model(artifact.path)
-    model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul: the pattern runtimes fuse
     tokenizer = families.load_tokenizer(artifact.path)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / "model.onnx"
-    wrapper = _Logits(model).eval()
     sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
-    args = (sample["input_ids"], sample["attention_mask"])
-    tmp = onnx_path.with_suffix(".onnx.tmp")
-    names = {"input_names": ["input_ids", "attention_mask"], "output_names": ["logits"], "opset_version": opset}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporters' own deprecation chatter is not the user's concern
-        if exporter == "dynamo":
-            batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=ctx.max_length)
-            torch.onnx.export(wrapper, args, str(tmp), dynamo=True, external_data=False, verbose=False,
-                              dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-                              **names)
-        else:
-            axes = {0: "batch", 1: "sequence"}
-            torch.onnx.export(wrapper, args, str(tmp), dynamo=False, **names,
-                              dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}})
-    os.replace(tmp, onnx_path)
+    to_onnx(model, (sample["input_ids"], sample["attention_mask"]), onnx_path, exporter, opset, ctx.max_length)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
     meta = {"format": "onnx", "exporter": exporter, "opset": opset, "target": target, "quantization": None, "labels": labels,
@@ -64,6 +48,26 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
         raise EdgekitError(f"ONNX export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test sentences "
                            f"(max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at {onnx_path}")
     return exported
+
+
+def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", opset: int = 17, max_length: int = 512):
+    """Write `model` (a sequence classifier) to `path` as ONNX: input_ids and attention_mask in, logits out."""
+    model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul: the pattern runtimes fuse
+    wrapper = _Logits(model).eval()
+    tmp = path.with_suffix(".onnx.tmp")
+    names = {"input_names": ["input_ids", "attention_mask"], "output_names": ["logits"], "opset_version": opset}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporters' own deprecation chatter is not the user's concern
+        if exporter == "dynamo":
+            batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_length)
+            torch.onnx.export(wrapper, sample, str(tmp), dynamo=True, external_data=False, verbose=False,
+                              dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+                              **names)
+        else:
+            axes = {0: "batch", 1: "sequence"}
+            torch.onnx.export(wrapper, sample, str(tmp), dynamo=False, **names,
+                              dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}})
+    os.replace(tmp, path)
 
 
 class _Logits(torch.nn.Module):

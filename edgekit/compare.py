@@ -1,0 +1,140 @@
+"""The model-selection table people build by hand: for any mix of assets, local folders and configs, params,
+size FP32 and INT8 (ONNX), latency p50 at batch 1 and batch 32, memory after loading, and accuracy when a
+task model and data are given. `--families` adds BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base-shaped models
+with random weights: latency, memory and size are real, accuracy is left empty.
+"""
+import csv
+import io
+import json
+from pathlib import Path
+
+from tqdm import tqdm
+
+from edgekit import families
+from edgekit.errors import EdgekitError
+
+# The published base configurations (as in each model's config.json on the hub), written out: no download.
+FAMILY_CONFIGS = {
+    "bert-base": ("bert", {}),
+    "roberta-base": ("roberta", {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1,
+                                 "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "layer_norm_eps": 1e-5}),
+    "albert-base": ("albert", {"vocab_size": 30000, "embedding_size": 128, "hidden_size": 768,
+                               "num_attention_heads": 12, "intermediate_size": 3072}),
+    "distilbert-base": ("distilbert", {}),
+    "electra-base": ("electra", {"embedding_size": 768, "hidden_size": 768, "num_attention_heads": 12,
+                                 "intermediate_size": 3072}),
+}
+COLUMNS = ("model", "params_m", "size_fp32_mb", "size_int8_mb", "latency_ms_b1_fp32", "latency_ms_b1_int8",
+           "latency_ms_b32_int8", "rss_after_load_mb_int8", "accuracy")
+
+
+def build(spec: str):
+    """(model, its folder or None) from a family name, a config.json, an asset or a transformers folder."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    families.quiet_transformers()
+    torch.manual_seed(0)
+    if spec in FAMILY_CONFIGS:
+        family, overrides = FAMILY_CONFIGS[spec]
+        return AutoModelForSequenceClassification.from_config(AutoConfig.for_model(family, num_labels=2, **overrides)), None
+    path = Path(spec)
+    if path.suffix == ".json" and path.is_file():
+        return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(path)), None
+    from edgekit.pipeline import resolve_model
+
+    folder = resolve_model(spec).path
+    return families.load_model(folder), folder
+
+
+def measure(spec: str, work: Path, data=None, threads: int = 1) -> dict:
+    import torch
+
+    from edgekit.stages import bench, export, quantize
+
+    model, source = build(spec)
+    row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    task_model = source is not None and data is not None and labels == data.labels
+    if task_model:  # a model trained for these labels: its accuracy means something
+        from edgekit import runtime
+        from edgekit.stages.evaluate import accuracy
+
+        row["accuracy"] = accuracy(runtime.HFModel(source), data.test, 64, False, spec)
+    folder = work / spec.replace("/", "_")
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = torch.randint(5, model.config.vocab_size, (2, 16))
+    export.to_onnx(model, (ids, torch.ones_like(ids)), folder / "fp32.onnx")
+    quantize.int8_dynamic(folder / "fp32.onnx", folder / "int8.onnx")
+    row["size_fp32_mb"] = round((folder / "fp32.onnx").stat().st_size / 1e6, 1)
+    row["size_int8_mb"] = round((folder / "int8.onnx").stat().st_size / 1e6, 1)
+    common = {"synthetic": model.config.vocab_size, "seq_len": 128, "threads": threads}
+    fp32 = bench.measure(folder / "fp32.onnx", batch=1, runs=20, warmup=3, **common)
+    int8 = bench.measure(folder / "int8.onnx", batch=1, runs=20, warmup=3, **common)
+    int8_b32 = bench.measure(folder / "int8.onnx", batch=32, runs=3, warmup=1, **common)
+    row.update(latency_ms_b1_fp32=fp32["fixed"]["p50"], latency_ms_b1_int8=int8["fixed"]["p50"],
+               latency_ms_b32_int8=int8_b32["fixed"]["p50"], rss_after_load_mb_int8=int8["rss_after_load_mb"])
+    return row
+
+
+def run(specs: list, out: Path, data_source: str = None, threads: int = 1) -> list:
+    if not specs:
+        raise EdgekitError("compare needs models: asset names, folders, config.json files, or --families")
+    data = None
+    if data_source:
+        from edgekit import data as datasets
+
+        data = datasets.load(data_source, max_eval=500)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [measure(spec, out / "models", data, threads) for spec in tqdm(specs, desc="compare", unit="model")]
+    write(rows, out)
+    return rows
+
+
+def markdown(rows: list) -> str:
+    head = ["model", "params (M)", "FP32 MB", "INT8 MB", "b1 FP32 ms", "b1 INT8 ms", "b32 INT8 ms",
+            "RSS after load MB", "accuracy"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in rows:
+        lines.append("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(rows: list, out: Path) -> None:
+    (out / "compare.md").write_text(markdown(rows))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    w.writerows([{c: r.get(c) for c in COLUMNS} for r in rows])
+    (out / "compare.csv").write_text(buf.getvalue())
+    (out / "compare.json").write_text(json.dumps(rows, indent=2))
+    chart(rows, out / "compare.png")
+
+
+def chart(rows: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.5 * len(rows) + 2), dpi=120)
+    names = [r["model"] for r in rows]
+    y = range(len(rows))
+    left.barh([i - 0.2 for i in y], [r["size_fp32_mb"] for r in rows], height=0.4, label="FP32")
+    left.barh([i + 0.2 for i in y], [r["size_int8_mb"] for r in rows], height=0.4, label="INT8")
+    left.set_yticks(list(y), names)
+    left.set_xlabel("size (MB)")
+    left.set_title("size")
+    left.legend(frameon=False)
+    right.barh([i - 0.2 for i in y], [r["latency_ms_b1_fp32"] for r in rows], height=0.4, label="FP32")
+    right.barh([i + 0.2 for i in y], [r["latency_ms_b1_int8"] for r in rows], height=0.4, label="INT8")
+    right.set_yticks(list(y), [""] * len(rows))
+    right.set_xlabel("latency p50, batch 1, seq 128 (ms)")
+    right.set_title("latency (ONNX Runtime)")
+    right.legend(frameon=False)
+    for ax in (left, right):
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
