@@ -1,4 +1,6 @@
 """What one stage hands the next: a path, its kind, and what is known about it (metrics)."""
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +34,15 @@ def files(artifact: Artifact) -> list:
 
 def size_mb(artifact: Artifact) -> float:
     """Bytes of the weights a device must hold (tokenizer and sidecars excluded), in MB (10^6)."""
-    path = Path(artifact.path)
     weights = [p for p in files(artifact) if p.suffix in (".onnx", ".safetensors", ".tflite", ".pt", ".data")]
     return round(sum(p.stat().st_size for p in weights) / 1e6, 3)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON through a temporary file and a rename: a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

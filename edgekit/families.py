@@ -8,16 +8,16 @@ from pathlib import Path
 from edgekit.errors import EdgekitError
 
 # model_type -> layer list path, and per-layer module paths: q, k, v, attention output, FFN in, FFN out.
+def _bert_like(prefix: str) -> dict:
+    return {"layers": f"{prefix}.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
+            "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
+            "ffn_out": "output.dense"}
+
+
 FAMILIES = {
-    "bert": {"layers": "bert.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
-             "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
-             "ffn_out": "output.dense"},
-    "roberta": {"layers": "roberta.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
-                "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
-                "ffn_out": "output.dense"},
-    "electra": {"layers": "electra.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
-                "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
-                "ffn_out": "output.dense"},
+    "bert": _bert_like("bert"),
+    "roberta": _bert_like("roberta"),
+    "electra": _bert_like("electra"),
     "mpnet": {"layers": "mpnet.encoder.layer", "q": "attention.attn.q", "k": "attention.attn.k",
               "v": "attention.attn.v", "o": "attention.attn.o", "ffn_in": "intermediate.dense",
               "ffn_out": "output.dense"},

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import edgekit
 from edgekit import assets, data, recipe as recipes, stages
-from edgekit.artifact import Artifact
+from edgekit.artifact import Artifact, write_json
 from edgekit.errors import EdgekitError
 
 SCHEMA = 1
@@ -65,15 +65,6 @@ def fingerprint(path: Path) -> str:
 
 def sidecars(model_file: Path) -> list:
     return sorted(p for p in model_file.parent.glob("*.json")) + sorted(model_file.parent.glob("tokenizer*"))
-
-
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def prepare_out(out: Path) -> None:

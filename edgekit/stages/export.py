@@ -1,6 +1,5 @@
 """export: a transformers folder -> ONNX (dynamic batch and sequence) with a model.json sidecar, checked against
 the PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
-import json
 import os
 import warnings
 from pathlib import Path
@@ -9,7 +8,7 @@ import numpy as np
 import torch
 
 from edgekit import families, runtime
-from edgekit.artifact import Artifact, size_mb
+from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
 FORMATS = ("onnx",)
@@ -91,9 +90,3 @@ def compare(reference, candidate, examples: list, batch_size: int = 32) -> dict:
         diffs.append(float(np.abs(a - b).max()))
         agree += int((a.argmax(-1) == b.argmax(-1)).sum())
     return {"max_abs_diff": round(max(diffs), 6), "label_agreement": round(agree / max(1, len(texts)), 4)}
-
-
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)

@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 from edgekit import runtime
-from edgekit.artifact import Artifact, size_mb
+from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
-from edgekit.stages.export import compare, write_json
+from edgekit.stages.export import compare
 
 MODES = ("dynamic",)
 
