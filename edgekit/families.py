@@ -5,6 +5,8 @@ import logging
 import warnings
 from pathlib import Path
 
+import torch
+
 from edgekit.errors import EdgekitError
 
 # model_type -> layer list path, and per-layer module paths: q, k, v, attention output, FFN in, FFN out.
@@ -54,10 +56,14 @@ def num_layers(config) -> int:
     return config.num_hidden_layers
 
 
+def ffn_size(config) -> int:
+    """The unpruned FFN width (DistilBERT calls it hidden_dim)."""
+    return getattr(config, "intermediate_size", None) or config.hidden_dim
+
+
 def load_model(path, labels=None):
     """A sequence classifier from a transformers folder. `labels` (names) sets a new head when the folder
     is a plain encoder or its labels differ; pruned shapes from `edgekit_shapes` are re-applied."""
-    import torch
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -102,12 +108,19 @@ def save_model(model, tokenizer, out: Path):
 
 
 def apply_shapes(model, shapes: dict):
-    """Shrink each layer's projections to the recorded head and FFN sizes (weights loaded afterwards)."""
-    import torch
-
+    """Shrink the vocabulary and each layer's projections to the recorded sizes (weights loaded afterwards)."""
+    if "vocab" in shapes:
+        embedding = model.get_input_embeddings()
+        small = torch.nn.Embedding(shapes["vocab"], embedding.embedding_dim)
+        model.set_input_embeddings(RemappedEmbedding(torch.zeros(embedding.num_embeddings, dtype=torch.long), small))
+    if "heads" not in shapes:
+        return
     fam = family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     blocks = layers(model)
+    if len(shapes["heads"]) != len(blocks) or len(shapes["ffn"]) != len(blocks):
+        raise EdgekitError(f"edgekit_shapes lists {len(shapes['heads'])} layers, the model has {len(blocks)}; "
+                           f"the checkpoint is damaged, re-run the prune stage")
     for i, block in enumerate(blocks):
         heads, ffn = shapes["heads"][i], shapes["ffn"][i]
         for name in ("q", "k", "v"):
@@ -115,6 +128,24 @@ def apply_shapes(model, shapes: dict):
         replace_module(block, fam["o"], torch.nn.Linear(heads * head_dim, model.config.hidden_size))
         replace_module(block, fam["ffn_in"], torch.nn.Linear(model.config.hidden_size, ffn))
         replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, model.config.hidden_size))
+
+
+class RemappedEmbedding(torch.nn.Module):
+    """Word embeddings for a pruned vocabulary: the tokenizer is unchanged, the ids it produces are remapped
+    to the kept rows, every id outside the kept vocabulary to the unknown token's row."""
+
+    def __init__(self, remap, embedding):
+        super().__init__()
+        self.register_buffer("remap", remap)
+        self.embedding = embedding
+        self.num_embeddings, self.embedding_dim = len(remap), embedding.embedding_dim
+
+    @property
+    def weight(self):
+        return self.embedding.weight
+
+    def forward(self, input_ids):
+        return self.embedding(self.remap[input_ids])
 
 
 def replace_module(root, dotted: str, module):
@@ -125,8 +156,6 @@ def replace_module(root, dotted: str, module):
 def student_from_teacher(teacher, keep: list):
     """A shallower copy of the teacher keeping the listed layers (DistilBERT's initialisation)."""
     import copy
-
-    import torch
 
     depth = num_layers(teacher.config)
     bad = [i for i in keep if not 0 <= i < depth]

@@ -13,7 +13,7 @@ NEUTRAL = ["movie", "film", "the", "a", "is", "was", "plot", "acting", "story", 
 def tiny_vocab() -> dict:
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + list("abcdefghijklmnopqrstuvwxyz")
     tokens += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"]
-    return {t: i for i, t in enumerate(tokens)}
+    return {t: i for i, t in enumerate(dict.fromkeys(tokens))}  # "a" is a word and a letter: one id
 
 
 def tiny_config(family: str, layers: int = 4):

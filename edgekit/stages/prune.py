@@ -1,8 +1,13 @@
-"""prune: remove whole attention heads and FFN neurons by weight magnitude; the matrices really shrink.
+"""prune: remove whole attention heads and FFN neurons, and optionally the vocabulary the task never uses.
+The matrices really shrink; per-layer head counts, FFN sizes and the vocabulary travel in config.json
+(`edgekit_shapes`) so the model reloads through edgekit.load and exports like any other.
 
-Per-layer head counts and FFN sizes are written to config.json (`edgekit_shapes`) so the model reloads
-through edgekit.load and exports like any other. Optional recovery training distils from the input model.
+Importance is gradient-based (Michel et al., "Are Sixteen Heads Really Better than One?": the expected
+|dL/d mask| of each head, here the first-order term |sum ctx_h * dL/dctx_h|, the same for FFN neurons) or
+weight magnitude (cheap). `steps` > 1 prunes iteratively, each step followed by recovery training with KD
+from the unpruned input model.
 """
+import shutil
 from pathlib import Path
 
 import torch
@@ -14,62 +19,159 @@ from edgekit.errors import EdgekitError
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
-        recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32, temperature: float = 2.0,
-        checkpoint_every: int = 100) -> Artifact:
+        importance: str = "gradient", scope: str = "layer", steps: int = 1, importance_batches: int = 32,
+        vocab: bool = False, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
+        temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
         raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}: each must be a fraction in (0, 1]; "
                            f"a layer always keeps at least one head")
+    if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
+        raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     if heads_keep < 1 and model.config.model_type == "mpnet":
         raise EdgekitError("head pruning is not supported for MPNet (its relative position bias is shared across "
                            "layers); use prune.heads_keep=1.0 and prune FFN neurons only")
+    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
+    if vocab:
+        keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)))
     teacher = families.load_model(artifact.path) if recover_epochs > 0 else None
-    shapes = prune_model(model, heads_keep, ffn_keep)
-    if teacher is not None:
-        T = temperature
-
-        def loss_fn(m, b):
-            inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
-            with torch.no_grad():
-                t = teacher(**inputs).logits
-            s = m(**inputs).logits
-            kd = F.kl_div(F.log_softmax(s / T, -1), F.softmax(t / T, -1), reduction="batchmean") * T * T
-            return 0.5 * kd + 0.5 * F.cross_entropy(s, b["labels"])
-
-        training.train(model, data.encode(tokenizer, ctx.splits.train, ctx.max_length), loss_fn, out_dir=out_dir,
-                       epochs=recover_epochs, lr=lr, batch_size=batch_size, warmup=0.1, weight_decay=0.01,
-                       checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id,
-                       desc="prune recovery", progress=ctx.progress)
-    model.config.edgekit_shapes = shapes
+    for step in range(1, steps + 1):
+        step_dir = out_dir / f"step-{step}"
+        if (step_dir / "model" / "config.json").is_file():  # finished before a stop: resume after it
+            model = families.load_model(step_dir / "model")
+            continue
+        scores = gradient_importance(model, encoded, tokenizer.pad_token_id, importance_batches, batch_size) \
+            if importance == "gradient" else None
+        shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope)
+        if teacher is not None:
+            recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
+                    checkpoint_every, tokenizer.pad_token_id)
+        model.config.edgekit_shapes = shapes
+        families.save_model(model, tokenizer, step_dir / "model")
     families.save_model(model, tokenizer, out_dir / "model")
+    for step in range(1, steps + 1):
+        shutil.rmtree(out_dir / f"step-{step}", ignore_errors=True)
+    shapes = model.config.edgekit_shapes
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
-                                              "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"]})
+                                              "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
+                                              **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {})})
 
 
-def prune_model(model, heads_keep: float, ffn_keep: float) -> dict:
-    """Keep the largest-norm heads and FFN neurons of every layer; returns the per-layer shapes."""
+def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
+    """Recovery training: KD from the unpruned model plus hard-label CE."""
+    T = temperature
+
+    def loss_fn(m, b):
+        inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
+        with torch.no_grad():
+            t = teacher(**inputs).logits
+        s = m(**inputs).logits
+        kd = F.kl_div(F.log_softmax(s / T, -1), F.softmax(t / T, -1), reduction="batchmean") * T * T
+        return 0.5 * kd + 0.5 * F.cross_entropy(s, b["labels"])
+
+    training.train(model, encoded, loss_fn, out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=0.1,
+                   weight_decay=0.01, checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=pad_id,
+                   desc="prune recovery", progress=ctx.progress)
+
+
+def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_size: int) -> dict:
+    """Per layer: |sum over tokens of activation * gradient| per head (input of the attention output projection)
+    and per FFN neuron (input of the FFN output projection), summed over examples of the training set."""
     fam = families.family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
-    shapes = {"heads": [], "ffn": []}
+    blocks = list(families.layers(model))
+    captured, hooks = {}, []
+    for i, block in enumerate(blocks):
+        for part in ("o", "ffn_out"):
+            def keep(module, args, key=(part, i)):
+                args[0].retain_grad()
+                captured[key] = args[0]
+            hooks.append(block.get_submodule(fam[part]).register_forward_pre_hook(keep))
+    heads = [torch.zeros(b.get_submodule(fam["o"]).in_features // head_dim) for b in blocks]
+    neurons = [torch.zeros(b.get_submodule(fam["ffn_out"]).in_features) for b in blocks]
+    was_training = model.training
+    model.eval()  # no dropout: importance of the model as it will run
+    try:
+        for n, batch in enumerate(data.batches(encoded, batch_size, pad_id, shuffle=True, seed=17)):
+            if n >= batches:
+                break
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            F.cross_entropy(logits, batch["labels"]).backward()
+            for i in range(len(blocks)):
+                ctx_, ffn = captured[("o", i)], captured[("ffn_out", i)]
+                per_head = (ctx_ * ctx_.grad).reshape(*ctx_.shape[:2], -1, head_dim).sum((1, 3))
+                heads[i] += per_head.abs().sum(0).detach()
+                neurons[i] += (ffn * ffn.grad).sum(1).abs().sum(0).detach()
+            model.zero_grad(set_to_none=True)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    return {"heads": heads, "ffn": neurons}
+
+
+def magnitude_importance(model) -> dict:
+    fam = families.family(model.config)
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    heads, neurons = [], []
     for block in families.layers(model):
         q, k, v, o = (block.get_submodule(fam[n]) for n in ("q", "k", "v", "o"))
         n_heads = q.out_features // head_dim
         score = sum(lin.weight.detach().view(n_heads, head_dim, -1).pow(2).sum((1, 2)) for lin in (q, k, v))
-        score = score + o.weight.detach().view(o.out_features, n_heads, head_dim).pow(2).sum((0, 2))
-        heads = sorted(score.topk(max(1, round(n_heads * heads_keep))).indices.tolist())
-        rows = torch.tensor([h * head_dim + j for h in heads for j in range(head_dim)])
+        heads.append(score + o.weight.detach().view(o.out_features, n_heads, head_dim).pow(2).sum((0, 2)))
+        ffn_in, ffn_out = block.get_submodule(fam["ffn_in"]), block.get_submodule(fam["ffn_out"])
+        neurons.append(ffn_in.weight.detach().pow(2).sum(1) + ffn_out.weight.detach().pow(2).sum(0))
+    return {"heads": heads, "ffn": neurons}
+
+
+def keep_counts(scores: list, fraction: float, original: int, scope: str) -> list:
+    """How many units each layer keeps: `fraction` of the original count, per layer or ranked globally
+    (scores normalised per layer, as Michel et al. do), never fewer than one."""
+    total = max(1, round(original * fraction))
+    if scope == "layer":
+        return [min(len(s), total) for s in scores]
+    normed = [s / (s.norm() + 1e-12) for s in scores]
+    flat = torch.cat(normed)
+    budget = min(len(flat), total * len(scores))
+    threshold = flat.topk(budget).values.min()
+    return [max(1, min(len(s), int((s >= threshold).sum()))) for s in normed]
+
+
+def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, scope: str = "layer") -> dict:
+    """Keep the most important heads and FFN neurons of every layer (fractions of the original config)."""
+    fam = families.family(model.config)
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    scores = scores or magnitude_importance(model)
+    n_heads = keep_counts(scores["heads"], heads_keep, model.config.num_attention_heads, scope)
+    n_ffn = keep_counts(scores["ffn"], ffn_keep, families.ffn_size(model.config), scope)
+    shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, heads=[], ffn=[])
+    for block, head_score, ffn_score, h, f in zip(families.layers(model), scores["heads"], scores["ffn"], n_heads, n_ffn):
+        heads = sorted(head_score.topk(h).indices.tolist())
+        rows = torch.tensor([x * head_dim + j for x in heads for j in range(head_dim)])
         for name in ("q", "k", "v"):
             families.replace_module(block, fam[name], _slice(block.get_submodule(fam[name]), rows, out=True))
-        families.replace_module(block, fam["o"], _slice(o, rows, out=False))
-        ffn_in, ffn_out = block.get_submodule(fam["ffn_in"]), block.get_submodule(fam["ffn_out"])
-        score = ffn_in.weight.detach().pow(2).sum(1) + ffn_out.weight.detach().pow(2).sum(0)
-        neurons = score.topk(max(1, round(ffn_in.out_features * ffn_keep))).indices.sort().values
-        families.replace_module(block, fam["ffn_in"], _slice(ffn_in, neurons, out=True))
-        families.replace_module(block, fam["ffn_out"], _slice(ffn_out, neurons, out=False))
+        families.replace_module(block, fam["o"], _slice(block.get_submodule(fam["o"]), rows, out=False))
+        neurons = ffn_score.topk(f).indices.sort().values
+        families.replace_module(block, fam["ffn_in"], _slice(block.get_submodule(fam["ffn_in"]), neurons, out=True))
+        families.replace_module(block, fam["ffn_out"], _slice(block.get_submodule(fam["ffn_out"]), neurons, out=False))
         shapes["heads"].append(len(heads))
         shapes["ffn"].append(len(neurons))
+    model.config.edgekit_shapes = shapes
     return shapes
+
+
+def keep_vocab(model, token_ids: list) -> None:
+    """Keep only these rows of the word embeddings; other token ids map to the unknown token's row."""
+    embedding = model.get_input_embeddings()
+    unk = getattr(model.config, "unk_token_id", None)
+    keep = sorted(set(token_ids) | ({unk} if isinstance(unk, int) else set()))
+    remap = torch.full((embedding.num_embeddings,), keep.index(unk) if isinstance(unk, int) else 0, dtype=torch.long)
+    remap[torch.tensor(keep)] = torch.arange(len(keep))
+    small = torch.nn.Embedding(len(keep), embedding.embedding_dim)
+    small.weight.data.copy_(embedding.weight.detach()[torch.tensor(keep)])
+    model.set_input_embeddings(families.RemappedEmbedding(remap, small))
+    model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=len(keep))
 
 
 def _slice(linear, index, out: bool):

@@ -1,0 +1,80 @@
+"""Pruning against the unpruned model, in one run, on this machine.
+
+From a finished run's fine-tuned teacher (minilm-l6 on rt-polarity): prune half the heads and half the FFN
+neurons (gradient importance, iterative, KD recovery), then also prune the vocabulary to the tokens of the
+training set. For each: accuracy on the test split, FP32 ONNX latency at sequence length 128 (batch 1,
+1 thread), INT8 ONNX size; and how many test tokens fall outside the kept vocabulary.
+
+    python bench/prune.py artifacts/distilbert-int8 [--recover-epochs 1] [--out bench/results]
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edgekit import data, families, pipeline, report, runtime
+from edgekit.artifact import Artifact, size_mb
+from edgekit.stages import bench, evaluate, export, prune, quantize
+
+
+def measure(name: str, hf: Artifact, work: Path, ctx) -> dict:
+    fp32 = export.run(hf, work / name / "fp32", ctx)
+    int8 = quantize.run(fp32, work / name / "int8", ctx)
+    latency = bench.measure(fp32.path, seq_len=128, threads=1, runs=100, warmup=10)
+    return {"model": name, "params": fp32.metrics["params"], "fp32_size_mb": size_mb(fp32), "int8_size_mb": size_mb(int8),
+            "fp32_latency_ms_p50_128": latency["fixed"]["p50"],
+            "accuracy_fp32": evaluate.accuracy(runtime.load(fp32.path), ctx.splits.test, 64, True, name),
+            "accuracy_int8": evaluate.accuracy(runtime.load(int8.path), ctx.splits.test, 64, True, name + " int8")}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path)
+    p.add_argument("--heads-keep", type=float, default=0.5)
+    p.add_argument("--ffn-keep", type=float, default=0.5)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--recover-epochs", type=float, default=1.0)
+    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    a = p.parse_args(argv)
+    run = a.run.resolve()
+    manifest = json.loads((run / "manifest.json").read_text())
+    recipe = manifest["recipe"]
+    splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
+    teacher = next(Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune")
+    ctx = pipeline.Context(splits, teacher, recipe["seed"], recipe["max_length"], progress=True)
+    work = run / "bench-prune"
+    settings = dict(heads_keep=a.heads_keep, ffn_keep=a.ffn_keep, steps=a.steps, recover_epochs=a.recover_epochs,
+                    lr=1e-4, importance="gradient")
+    pruned = prune.run(teacher, work / "pruned", ctx, **settings)
+    vocab = prune.run(pruned, work / "pruned-vocab", ctx, vocab=True)
+    rows = [measure("teacher", teacher, work, ctx), measure("heads+ffn pruned", pruned, work, ctx),
+            measure("heads+ffn+vocab pruned", vocab, work, ctx)]
+    tok = families.load_tokenizer(teacher.path)
+    kept = {i for ids, _ in data.encode(tok, splits.train, recipe["max_length"]) for i in ids}  # what prune kept
+    test_ids = [i for ids, _ in data.encode(tok, splits.test, recipe["max_length"]) for i in ids]
+    unseen = sum(i not in kept and i != tok.unk_token_id for i in test_ids) / len(test_ids)
+    base, cut, small = rows
+    result = {"run": str(run), "settings": settings, "heads_kept": pruned.metrics["heads_kept"],
+              "ffn_kept": pruned.metrics["ffn_kept"], "vocab_kept": vocab.metrics["vocab_kept"],
+              "test_tokens_outside_kept_vocab": round(unseen, 4), "rows": rows,
+              "speedup_fp32_128": round(base["fp32_latency_ms_p50_128"] / cut["fp32_latency_ms_p50_128"], 2),
+              "accuracy_kept_fp32": round(cut["accuracy_fp32"] / base["accuracy_fp32"], 4),
+              "vocab_int8_size_cut": round(1 - small["int8_size_mb"] / cut["int8_size_mb"], 4),
+              "vocab_int8_accuracy_points_lost": round(100 * (cut["accuracy_int8"] - small["accuracy_int8"]), 2)}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "prune.json").write_text(json.dumps(result, indent=2))
+    report.plot_heads(pruned.metrics["heads_kept"], a.out / "prune-heads.png")
+    lines = ["| model | params | FP32 MB | INT8 MB | FP32 p50 ms @128 | accuracy FP32 | accuracy INT8 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['params'] / 1e6:.1f}M | {r['fp32_size_mb']:.1f} | {r['int8_size_mb']:.1f} | "
+              f"{r['fp32_latency_ms_p50_128']:.2f} | {r['accuracy_fp32']:.4f} | {r['accuracy_int8']:.4f} |" for r in rows]
+    lines += ["", f"speed-up (FP32, 128 tokens): {result['speedup_fp32_128']}x; accuracy kept: "
+              f"{result['accuracy_kept_fp32']:.1%}; vocabulary pruning: INT8 size -{result['vocab_int8_size_cut']:.1%}, "
+              f"{result['vocab_int8_accuracy_points_lost']} points lost, {result['test_tokens_outside_kept_vocab']:.2%} "
+              f"of test tokens outside the kept vocabulary ({result['vocab_kept']} tokens kept)"]
+    (a.out / "prune.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+import pytest
+import torch
+
+from edgekit import data, families, runtime
+from edgekit.artifact import Artifact
+from edgekit.errors import EdgekitError
+from edgekit.pipeline import Context
+from edgekit.stages import export, prune
+
+
+@pytest.fixture
+def ctx(model_dir, csv_file):
+    return Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+
+
+def test_gradient_importance_ranks_a_head_that_matters_above_a_silenced_one(model_dir, csv_file, ctx):
+    model = families.load_model(model_dir)
+    with torch.no_grad():  # silence head 2 of layer 0: its output weights are zero, so it cannot matter
+        model.bert.encoder.layer[0].attention.output.dense.weight[:, 16:24] = 0
+    tok = families.load_tokenizer(model_dir)
+    scores = prune.gradient_importance(model, data.encode(tok, ctx.splits.train, 32), 0, 4, 16)
+    assert scores["heads"][0][2] == 0 and scores["heads"][0].sum() > 0
+    assert [len(s) for s in scores["heads"]] == [4] * 4 and [len(s) for s in scores["ffn"]] == [64] * 4
+    prune.prune_model(model, 0.75, 1.0, scores)
+    assert model.bert.encoder.layer[0].attention.self.query.out_features == 3 * 8  # the silent head went first
+
+
+def test_global_scope_keeps_at_least_one_head_everywhere():
+    scores = [torch.tensor([9.0, 8.0, 7.0, 6.0]), torch.tensor([0.1, 0.01, 0.02, 0.03])]
+    assert prune.keep_counts(scores, 0.25, 4, "layer") == [1, 1]
+    counts = prune.keep_counts(scores, 0.5, 4, "global")
+    assert all(c >= 1 for c in counts) and sum(counts) >= 4
+
+
+def test_iterative_prune_with_recovery_saves_reloads_and_exports(model_dir, ctx, tmp_path):
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, ffn_keep=0.5, steps=2,
+                    recover_epochs=1.0, lr=1e-3, batch_size=16, importance_batches=4, vocab=True)
+    assert out.metrics["heads_kept"] == [2, 2, 2, 2] and out.metrics["ffn_kept"] == [32] * 4
+    assert out.metrics["vocab_kept"] < len(families.load_tokenizer(model_dir).get_vocab())
+    assert not list((tmp_path / "p").glob("step-*"))
+    reloaded = families.load_model(out.path)
+    assert reloaded.get_input_embeddings().weight.shape[0] == out.metrics["vocab_kept"]
+    onnx = export.run(out, tmp_path / "onnx", ctx, check_sentences=32)
+    assert onnx.metrics["label_agreement"] == 1.0 and onnx.metrics["max_abs_diff"] < 1e-4
+    texts = ["the movie was good", "zzzz qqqq awful"]  # unseen pieces fall back to the unknown row
+    assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
+
+
+def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
+    model = families.load_model(model_dir)
+    tok = families.load_tokenizer(model_dir)
+    encoded = data.encode(tok, ctx.splits.train, 32)
+    ids = torch.tensor([encoded[0][0]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        prune.keep_vocab(model, sorted({i for e, _ in encoded for i in e}))
+        assert torch.allclose(model(input_ids=ids).logits, before, atol=1e-6)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"heads_keep": 0.0}, "must be a fraction in \\(0, 1\\]"),
+    ({"ffn_keep": 1.5}, "must be a fraction"),
+    ({"importance": "taylor"}, "importance is gradient or magnitude"),
+    ({"steps": 0}, "steps >= 1"),
+])
+def test_bad_prune_settings(model_dir, ctx, tmp_path, settings, message):
+    with pytest.raises(EdgekitError, match=message):
+        prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, **settings)
