@@ -22,6 +22,7 @@ def main(argv=None):
     p.add_argument("run", type=Path, help="a finished run folder (with manifest.json)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median over rounds is reported")
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     a = p.parse_args(argv)
     run = a.run.resolve()
@@ -38,13 +39,16 @@ def main(argv=None):
     final = Artifact.from_json(manifest["final"], run)
     texts = work / "sentences.txt"
     texts.write_text("\n".join(t.replace("\n", " ") for t, _ in splits.test[:a.runs]))
+    models = (("teacher FP32 (ONNX Runtime)", fp32), ("teacher dynamic INT8 per-channel (ORT, optimum-style)", int8),
+              (f"edgekit {recipe['name']} final", final))
+    latencies = bench.measure_interleaved([art.path for _, art in models], rounds=a.rounds, seq_len=a.seq_len,
+                                          threads=1, runs=a.runs, warmup=10, texts=texts)
     rows = []
-    for name, art in (("teacher FP32 (ONNX Runtime)", fp32), ("teacher dynamic INT8 per-channel (ORT, optimum-style)", int8),
-                      (f"edgekit {recipe['name']} final", final)):
-        lat = bench.measure(art.path, seq_len=a.seq_len, threads=1, runs=a.runs, warmup=10, texts=texts)
+    for (name, art), lat in zip(models, latencies):
         acc = evaluate.accuracy(runtime.load(art.path), splits.test, 64, True, name)
         rows.append({"model": name, "path": str(art.path), "size_mb": size_mb(art), "accuracy": acc,
                      "latency_ms_p50_128": lat["fixed"]["p50"], "latency_ms_p90_128": lat["fixed"]["p90"],
+                     "latency_ms_p50_128_by_round": lat["fixed_p50_by_round"],
                      "latency_ms_p50_sentences": lat["sentences"]["p50"], "latency_ms_p90_sentences": lat["sentences"]["p90"],
                      "peak_rss_mb": lat["peak_rss_mb"]})
     base = rows[0]
@@ -52,7 +56,7 @@ def main(argv=None):
         r["speedup_128_vs_teacher_fp32"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
         r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
     result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
-              "threads": 1, "batch": 1, "seq_len": a.seq_len, "runs": a.runs, "rows": rows}
+              "threads": 1, "batch": 1, "seq_len": a.seq_len, "runs": a.runs, "rounds": a.rounds, "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
     (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
@@ -64,7 +68,8 @@ def main(argv=None):
 
 def markdown(result: dict) -> str:
     lines = [f"Teacher `{result['teacher']}`, recipe `{result['recipe']}`; {result['test_examples']} test sentences; "
-             f"batch 1, {result['threads']} thread, {result['runs']} timed runs.", "",
+             f"batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
+             f"{result['runs']} timed runs.", "",
              "| model | size MB | accuracy | retained | p50 ms @128 | p90 ms @128 | p50 ms sentences | p90 ms sentences "
              "| speed-up @128 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:

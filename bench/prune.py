@@ -20,9 +20,8 @@ from edgekit.stages import bench, evaluate, export, prune, quantize
 def measure(name: str, hf: Artifact, work: Path, ctx) -> dict:
     fp32 = export.run(hf, work / name / "fp32", ctx)
     int8 = quantize.run(fp32, work / name / "int8", ctx)
-    latency = bench.measure(fp32.path, seq_len=128, threads=1, runs=100, warmup=10)
     return {"model": name, "params": fp32.metrics["params"], "fp32_size_mb": size_mb(fp32), "int8_size_mb": size_mb(int8),
-            "fp32_latency_ms_p50_128": latency["fixed"]["p50"],
+            "fp32_path": str(fp32.path),
             "accuracy_fp32": evaluate.accuracy(runtime.load(fp32.path), ctx.splits.test, 64, True, name),
             "accuracy_int8": evaluate.accuracy(runtime.load(int8.path), ctx.splits.test, 64, True, name + " int8")}
 
@@ -49,6 +48,10 @@ def main(argv=None):
     vocab = prune.run(pruned, work / "pruned-vocab", ctx, vocab=True)
     rows = [measure("teacher", teacher, work, ctx), measure("heads+ffn pruned", pruned, work, ctx),
             measure("heads+ffn+vocab pruned", vocab, work, ctx)]
+    latencies = bench.measure_interleaved([r["fp32_path"] for r in rows], rounds=5, seq_len=128, threads=1, runs=50,
+                                          warmup=10)
+    for r, lat in zip(rows, latencies):
+        r["fp32_latency_ms_p50_128"] = lat["fixed"]["p50"]
     tok = families.load_tokenizer(teacher.path)
     kept = {i for ids, _ in data.encode(tok, splits.train, recipe["max_length"]) for i in ids}  # what prune kept
     test_ids = [i for ids, _ in data.encode(tok, splits.test, recipe["max_length"]) for i in ids]

@@ -32,3 +32,24 @@ def measure(model_path, **options) -> dict:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise EdgekitError(f"latency measurement of {model_path} failed: {last}")
     return json.loads(done.stdout)
+
+
+def measure_interleaved(model_paths: list, rounds: int = 5, **options) -> list:
+    """Measure several models in alternation, `rounds` times, and keep the median of each metric over rounds:
+    a busy neighbour or a frequency change then hits every model alike instead of one of them."""
+    import statistics
+
+    runs = [[] for _ in model_paths]
+    for _ in range(rounds):
+        for i, path in enumerate(model_paths):
+            runs[i].append(measure(path, **options))
+    merged = []
+    for results in runs:
+        out = dict(results[0])
+        for part in ("fixed", "sentences"):
+            if part in out:
+                out[part] = {k: round(statistics.median(r[part][k] for r in results), 3) for k in out[part]}
+        out["fixed_p50_by_round"] = [r["fixed"]["p50"] for r in results]
+        out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)
+        merged.append(out)
+    return merged
