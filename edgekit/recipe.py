@@ -127,9 +127,9 @@ def _check_stages(recipe: dict) -> list:
         if name == "finetune" and order.index(name) != 0:
             errors.append("finetune must be the first stage (it makes the teacher)")
         if name == "quantize" and kind != "onnx":
-            errors.append("quantize needs an exported ONNX model; put export before quantize")
+            errors.append("quantize needs an exported ONNX model; put export (format: onnx) before quantize")
         if name == "export":
-            kind = "onnx"
+            kind = (recipe.get("export") or {}).get("format", "onnx")
     return errors
 
 

@@ -17,9 +17,14 @@ def load(path, threads: int = 0):
         path = path / "model.onnx"
     if path.is_dir() and (path / "config.json").is_file():
         return HFModel(path, threads)
+    if path.is_dir() and (path / "model.pt").is_file():
+        path = path / "model.pt"
     if path.suffix == ".onnx" and path.is_file():
         return OnnxModel(path, threads)
-    raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json) or a .onnx file with its model.json")
+    if path.suffix == ".pt" and path.is_file():
+        return TorchScriptModel(path, threads)
+    raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json), or a .onnx or TorchScript .pt "
+                       f"file with its model.json")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -56,8 +61,7 @@ class HFModel:
         return out.logits.float().numpy()
 
     def __call__(self, texts, max_length=None) -> dict:
-        probs = softmax(self.logits(self.encode(texts, max_length)))
-        return {"labels": [self.labels[i] for i in probs.argmax(-1)], "probs": probs}
+        return predict(self, texts, max_length)
 
 
 def read_sidecar(model_file: Path) -> dict:
@@ -86,29 +90,17 @@ def check_onnx(path: Path) -> None:
         raise EdgekitError(f"{path} is not a valid ONNX model ({str(e).splitlines()[0][:160]}); re-export it")
 
 
-class OnnxModel:
-    kind = "onnx"
+class SidecarTokenizer:
+    """Tokenization from the sidecar's tokenizer.json with the `tokenizers` package (no transformers)."""
 
-    def __init__(self, path: Path, threads: int = 0):
-        import onnxruntime as ort
+    def __init__(self, path: Path):
         from tokenizers import Tokenizer
 
         self.meta = read_sidecar(path)
-        check_onnx(path)
         self.labels = self.meta["labels"]
         self.max_length = self.meta["max_length"]
         self.tokenizer = Tokenizer.from_file(str(path.parent / self.meta["tokenizer"]))
         self.tokenizer.no_padding()
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as e:
-            raise EdgekitError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:160]}); the file is "
-                               f"damaged or not ONNX: re-export it")
-        self.input_names = [i.name for i in self.session.get_inputs()]
 
     def encode(self, texts, max_length=None):
         self.tokenizer.enable_truncation(min(max_length or self.max_length, self.max_length))
@@ -121,9 +113,60 @@ class OnnxModel:
             mask[row, :len(e.ids)] = 1
         return {"input_ids": ids, "attention_mask": mask}
 
+
+def predict(model, texts, max_length=None) -> dict:
+    """texts -> {labels, probs}, the same for every format."""
+    probs = softmax(model.logits(model.encode(texts, max_length)))
+    return {"labels": [model.labels[i] for i in probs.argmax(-1)], "probs": probs}
+
+
+class TorchScriptModel:
+    kind = "torchscript"
+
+    def __init__(self, path: Path, threads: int = 0):
+        import torch
+
+        self.sidecar = SidecarTokenizer(path)
+        self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            self.module = torch.jit.load(str(path), map_location="cpu").eval()
+        except Exception as e:
+            raise EdgekitError(f"torch.jit cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
+
+    def logits(self, batch: dict) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return self.module(torch.from_numpy(batch["input_ids"]), torch.from_numpy(batch["attention_mask"])).numpy()
+
+    def __call__(self, texts, max_length=None) -> dict:
+        return predict(self, texts, max_length)
+
+
+class OnnxModel:
+    kind = "onnx"
+
+    def __init__(self, path: Path, threads: int = 0):
+        import onnxruntime as ort
+
+        self.sidecar = SidecarTokenizer(path)
+        self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
+        check_onnx(path)
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise EdgekitError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:160]}); the file is "
+                               f"damaged or not ONNX: re-export it")
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
     def logits(self, batch: dict) -> np.ndarray:
         return self.session.run(None, {k: batch[k] for k in self.input_names})[0]
 
     def __call__(self, texts, max_length=None) -> dict:
-        probs = softmax(self.logits(self.encode(texts, max_length)))
-        return {"labels": [self.labels[i] for i in probs.argmax(-1)], "probs": probs}
+        return predict(self, texts, max_length)

@@ -50,16 +50,28 @@ def test_pruned_model_shrinks_saves_and_reloads(tmp_path, family):
     reloaded = families.load_model(tmp_path / "pruned")
     with torch.no_grad():
         assert torch.allclose(reloaded(**inputs()).logits, expected, atol=1e-6)
+    from edgekit.stages.export import to_onnx, to_torchscript  # and it exports like any other model
+
+    sample = (inputs()["input_ids"], inputs()["attention_mask"])
+    to_onnx(reloaded, sample, tmp_path / "pruned.onnx")
+    to_torchscript(reloaded, sample, tmp_path / "pruned.pt")
+    import onnxruntime as ort
+
+    feed = {k: v.numpy() for k, v in inputs().items()}
+    assert abs(ort.InferenceSession(str(tmp_path / "pruned.onnx")).run(None, feed)[0] - expected.numpy()).max() < 1e-4
+    assert torch.allclose(torch.jit.load(str(tmp_path / "pruned.pt"))(*sample), expected, atol=1e-4)
 
 
-def test_pruning_heads_equals_masking_them(tmp_path):
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "albert"])
+def test_pruning_heads_equals_masking_them(tmp_path, family):
     """Removing a head's rows and columns computes what zeroing that head's output would compute."""
-    model = families.load_model(make_model_dir(tmp_path / "m", "bert", layers=2))
+    model = families.load_model(make_model_dir(tmp_path / "m", family, layers=2))
     masked = families.load_model(tmp_path / "m")
     prune_model(model, heads_keep=0.5, ffn_keep=1.0)
+    o_name = families.FAMILIES[family]["o"]
     head_dim = 32 // 4
     for block_p, block_m in zip(families.layers(model), families.layers(masked)):
-        o_p, o_m = block_p.attention.output.dense.weight, block_m.attention.output.dense.weight
+        o_p, o_m = block_p.get_submodule(o_name).weight, block_m.get_submodule(o_name).weight
         survivors = [h for h in range(4) if any(torch.equal(o_m[:, h * head_dim:(h + 1) * head_dim],
                                                              o_p[:, j:j + head_dim]) for j in range(0, o_p.shape[1], head_dim))]
         assert len(survivors) == 2

@@ -80,3 +80,23 @@ def test_truncated_onnx_file_is_refused(exported, tmp_path):
 def test_unknown_path_names_what_loads(tmp_path):
     with pytest.raises(EdgekitError, match="give a transformers folder"):
         runtime.load(tmp_path / "nothing.bin")
+
+
+def test_torchscript_export_checks_itself_and_loads_with_the_same_call(tmp_path, model_dir, csv_file):
+    splits = data.load(str(csv_file))
+    ctx = Context(splits, Artifact(model_dir, "hf"), 0, 32, False)
+    traced = export.run(Artifact(model_dir, "hf"), tmp_path / "ts", ctx, format="torchscript", check_sentences=40)
+    assert traced.path.name == "model.pt" and traced.kind == "torchscript"
+    assert traced.metrics["label_agreement"] == 1.0 and traced.metrics["max_abs_diff"] < 1e-4  # varied lengths
+    texts = ["the movie was good", "bad " * 20]
+    assert abs(runtime.load(traced.path)(texts)["probs"] - runtime.load(model_dir)(texts, 32)["probs"]).max() < 1e-4
+    meta = json.loads((traced.path.parent / "model.json").read_text())
+    assert meta["format"] == "torchscript" and "opset" not in meta
+
+
+def test_quantize_after_a_torchscript_export_is_refused_before_running():
+    from edgekit import recipe
+    from edgekit.errors import UsageError
+
+    with pytest.raises(UsageError, match="quantize needs an exported ONNX model"):
+        recipe.load("distilbert-int8", ["export.format=torchscript"])

@@ -11,15 +11,16 @@ from edgekit import families, runtime
 from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
-FORMATS = ("onnx",)
+FORMATS = ("onnx", "torchscript")
 EXPORTERS = ("torchscript", "dynamo")
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporter: str = "torchscript", opset: int = 17,
         target: str = "x86", check_sentences: int = 200, min_label_agreement: float = 0.99) -> Artifact:
-    """exporter: `torchscript` (default) traces eager attention, the graph ONNX Runtime fuses into its Attention,
-    EmbedLayerNormalization and SkipLayerNormalization kernels (measured: 1.36x faster INT8 than `dynamo`, the
-    torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
+    """format: `onnx` (dynamic batch and sequence) or `torchscript` (a traced module, model.pt; a legacy format,
+    for PyTorch Mobile and libtorch users). exporter (ONNX): `torchscript` (default) traces eager attention, the
+    graph ONNX Runtime fuses into its Attention, EmbedLayerNormalization and SkipLayerNormalization kernels
+    (measured: 1.36x faster INT8 than `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
     if format not in FORMATS:
         raise EdgekitError(f"export.format '{format}' is not supported here; supported: {', '.join(FORMATS)}")
     if exporter not in EXPORTERS:
@@ -29,24 +30,40 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     out_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = out_dir / "model.onnx"
     sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
-    to_onnx(model, (sample["input_ids"], sample["attention_mask"]), onnx_path, exporter, opset, ctx.max_length)
+    sample = (sample["input_ids"], sample["attention_mask"])
+    if format == "onnx":
+        path = out_dir / "model.onnx"
+        to_onnx(model, sample, path, exporter, opset, ctx.max_length)
+    else:
+        path = out_dir / "model.pt"
+        to_torchscript(model, sample, path)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    meta = {"format": "onnx", "exporter": exporter, "opset": opset, "target": target, "quantization": None, "labels": labels,
+    meta = {"format": format, "target": target, "quantization": None, "labels": labels,
             "max_length": ctx.max_length, "tokenizer": "tokenizer.json", "pad_id": tokenizer.pad_token_id,
             "inputs": [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")],
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}],
-            "source": str(artifact.path)}
+            "source": str(artifact.path), **({"exporter": exporter, "opset": opset} if format == "onnx" else {})}
     write_json(out_dir / "model.json", meta)
-    exported = Artifact(onnx_path, "onnx", {"params": sum(p.numel() for p in model.parameters())})
-    check = compare(runtime.HFModel(artifact.path), runtime.OnnxModel(onnx_path), ctx.splits.test[:check_sentences])
+    exported = Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
+    check = compare(runtime.HFModel(artifact.path), runtime.load(path), ctx.splits.test[:check_sentences])
     exported.metrics.update(check, size_mb=size_mb(exported))
     if check["label_agreement"] < min_label_agreement:
-        raise EdgekitError(f"ONNX export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test sentences "
-                           f"(max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at {onnx_path}")
+        raise EdgekitError(f"{format} export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test "
+                           f"sentences (max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at {path}")
     return exported
+
+
+def to_torchscript(model, sample: tuple, path: Path) -> None:
+    """Trace `model` to TorchScript: input_ids and attention_mask in, logits out."""
+    model.config._attn_implementation = "eager"
+    tmp = path.with_suffix(".pt.tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
+    torch.jit.save(traced, str(tmp))
+    os.replace(tmp, path)
 
 
 def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", opset: int = 17, max_length: int = 512):
