@@ -1,5 +1,12 @@
 """edgekit: compress BERT-family text classifiers for phones, Raspberry Pis and small x86 boxes."""
+import logging
+
 __version__ = "0.1.0"
+
+# torchao (pulled in by litert-torch, imported by transformers when present) announces CUDA kernels it cannot
+# load on a CPU machine and torch warns about its enums: noise on every command, not the user's concern.
+for _name in ("torchao", "torch.utils._pytree"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
 
 
 def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = None, out=None, overrides=(),

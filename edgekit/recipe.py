@@ -1,5 +1,6 @@
 """YAML -> a validated recipe. Every error is collected before anything runs and each names what is
 accepted. Stage settings are checked by binding them to the stage's own `run` signature."""
+import copy
 import inspect
 import types
 import typing
@@ -175,7 +176,7 @@ def _bind(section: str, fn, settings: dict, skip=()) -> list:
 
 
 def _defaults(fn, skip=()) -> dict:
-    return {n: p.default for n, p in inspect.signature(fn).parameters.items()
+    return {n: copy.deepcopy(p.default) for n, p in inspect.signature(fn).parameters.items()
             if n not in skip and p.default is not inspect.Parameter.empty}
 
 

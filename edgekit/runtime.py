@@ -17,14 +17,17 @@ def load(path, threads: int = 0):
         path = path / "model.onnx"
     if path.is_dir() and (path / "config.json").is_file():
         return HFModel(path, threads)
-    if path.is_dir() and (path / "model.pt").is_file():
-        path = path / "model.pt"
+    for name in ("model.pt", "model.tflite"):
+        if path.is_dir() and (path / name).is_file():
+            path = path / name
     if path.suffix == ".onnx" and path.is_file():
         return OnnxModel(path, threads)
     if path.suffix == ".pt" and path.is_file():
         return TorchScriptModel(path, threads)
-    raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json), or a .onnx or TorchScript .pt "
-                       f"file with its model.json")
+    if path.suffix == ".tflite" and path.is_file():
+        return TFLiteModel(path, threads)
+    raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json), or a .onnx, .tflite or "
+                       f"TorchScript .pt file with its model.json")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -99,7 +102,11 @@ class SidecarTokenizer:
         self.meta = read_sidecar(path)
         self.labels = self.meta["labels"]
         self.max_length = self.meta["max_length"]
-        self.tokenizer = Tokenizer.from_file(str(path.parent / self.meta["tokenizer"]))
+        try:
+            self.tokenizer = Tokenizer.from_file(str(path.parent / self.meta["tokenizer"]))
+        except Exception as e:  # the tokenizers library raises a bare Exception on a bad file
+            raise EdgekitError(f"{path.parent / self.meta['tokenizer']} is not a tokenizer file ({str(e)[:120]}); "
+                               f"re-export the model")
         self.tokenizer.no_padding()
 
     def encode(self, texts, max_length=None):
@@ -167,6 +174,47 @@ class OnnxModel:
 
     def logits(self, batch: dict) -> np.ndarray:
         return self.session.run(None, {k: batch[k] for k in self.input_names})[0]
+
+    def __call__(self, texts, max_length=None) -> dict:
+        return predict(self, texts, max_length)
+
+
+class TFLiteModel:
+    """A .tflite file with one signature per sequence bucket: each sentence runs in the smallest bucket that
+    holds it, so short inputs do not pay for the longest one."""
+
+    kind = "tflite"
+
+    def __init__(self, path: Path, threads: int = 0):
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError:
+            raise EdgekitError("running .tflite files needs ai-edge-litert: pip install 'edgekit[tflite]'")
+        self.sidecar = SidecarTokenizer(path)
+        self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
+        self.buckets = sorted(self.meta.get("buckets") or [self.meta["max_length"]])
+        try:  # the interpreter checks the flatbuffer before anything runs
+            self.interpreter = Interpreter(str(path), num_threads=threads or None)
+            self.runners = {b: self.interpreter.get_signature_runner(self.meta["signatures"][str(b)]) for b in self.buckets}
+        except (ValueError, RuntimeError, KeyError) as e:
+            raise EdgekitError(f"the TFLite interpreter cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
+        self.names = [i["name"] for i in self.meta["inputs"]]
+
+    def bucket_for(self, length: int) -> int:
+        return next((b for b in self.buckets if b >= length), self.buckets[-1])
+
+    def logits(self, batch: dict) -> np.ndarray:
+        rows = []
+        for ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
+            n = int(mask.sum())
+            b = self.bucket_for(n)
+            padded = np.full((1, b), self.meta["pad_id"], dtype=np.int32)
+            padded_mask = np.zeros((1, b), dtype=np.int32)
+            padded[0, :min(n, b)] = ids[:min(n, b)]
+            padded_mask[0, :min(n, b)] = 1
+            out = self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask})
+            rows.append(next(iter(out.values()))[0])
+        return np.stack(rows)
 
     def __call__(self, texts, max_length=None) -> dict:
         return predict(self, texts, max_length)

@@ -1,3 +1,5 @@
+import importlib.util
+
 import pytest
 import torch
 
@@ -60,6 +62,15 @@ def test_pruned_model_shrinks_saves_and_reloads(tmp_path, family):
     feed = {k: v.numpy() for k, v in inputs().items()}
     assert abs(ort.InferenceSession(str(tmp_path / "pruned.onnx")).run(None, feed)[0] - expected.numpy()).max() < 1e-4
     assert torch.allclose(torch.jit.load(str(tmp_path / "pruned.pt"))(*sample), expected, atol=1e-4)
+    if importlib.util.find_spec("litert_torch"):
+        from ai_edge_litert.interpreter import Interpreter
+
+        from edgekit.stages.export import to_tflite
+
+        to_tflite(reloaded, tmp_path / "pruned.tflite", [6])
+        run = Interpreter(str(tmp_path / "pruned.tflite")).get_signature_runner("seq6")
+        out = run(args_0=sample[0][:1].int().numpy(), args_1=sample[1][:1].int().numpy())  # batch 1, static
+        assert abs(next(iter(out.values())) - expected[:1].numpy()).max() < 1e-4
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "albert"])

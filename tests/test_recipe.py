@@ -28,7 +28,7 @@ def test_data_shorthand_override(tmp_path):
     ("distill.lr=fast", "distill.lr must be float"),
     ("bogus=1", "unknown key 'bogus'; accepted: name"),
     ("stages=[export, finetune]", "finetune must be the first stage"),
-    ("stages=[finetune, quantize, export]", "put export before quantize"),
+    ("stages=[finetune, quantize, export]", "put export (format: onnx) before quantize"),
     ("stages=[finetune, export, distill]", "distill cannot follow export"),
     ("stages=[finetune, squash]", "unknown stage 'squash'"),
     ("budgets.speed=<= 3", "unknown metric 'speed'"),

@@ -100,3 +100,42 @@ def test_quantize_after_a_torchscript_export_is_refused_before_running():
 
     with pytest.raises(UsageError, match="quantize needs an exported ONNX model"):
         recipe.load("distilbert-int8", ["export.format=torchscript"])
+
+
+def test_tflite_export_has_one_signature_per_bucket_and_picks_the_smallest(tmp_path, model_dir, csv_file):
+    pytest.importorskip("litert_torch")
+    splits = data.load(str(csv_file))
+    ctx = Context(splits, Artifact(model_dir, "hf"), 0, 32, False)
+    lite = export.run(Artifact(model_dir, "hf"), tmp_path / "tfl", ctx, format="tflite", buckets=[8, 16, 32],
+                      check_sentences=40)
+    assert lite.path.name == "model.tflite" and lite.metrics["label_agreement"] == 1.0
+    assert lite.metrics["max_abs_diff"] < 1e-4
+    model = runtime.load(lite.path)
+    assert [model.bucket_for(n) for n in (3, 8, 9, 16, 31, 40)] == [8, 8, 16, 16, 32, 32]
+    texts = ["the movie was good", "bad " * 20]
+    assert abs(model(texts)["probs"] - runtime.load(model_dir)(texts, 32)["probs"]).max() < 1e-4
+    meta = json.loads((lite.path.parent / "model.json").read_text())
+    assert meta["buckets"] == [8, 16, 32] and meta["inputs"][0]["dtype"] == "int32"
+
+
+def test_truncated_tflite_is_refused(tmp_path, model_dir, csv_file):
+    pytest.importorskip("ai_edge_litert")
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "model.tflite").write_bytes(b"TFL3" + b"\0" * 64)
+    (folder / "tokenizer.json").write_text("{}")
+    meta = {"format": "tflite", "inputs": [{"name": "args_0", "dtype": "int32", "shape": [1, "bucket"]}],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 2]}], "labels": ["a", "b"],
+            "max_length": 32, "tokenizer": "tokenizer.json", "pad_id": 0, "buckets": [32], "signatures": {"32": "seq32"}}
+    (folder / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(EdgekitError, match="is not a tokenizer file"):
+        runtime.load(folder / "model.tflite")
+    (folder / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    with pytest.raises(EdgekitError, match="the TFLite interpreter cannot load"):
+        runtime.load(folder / "model.tflite")
+
+
+def test_bad_buckets_are_one_line(tmp_path, model_dir, csv_file):
+    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+    with pytest.raises(EdgekitError, match="export.buckets \\[64\\] must be sequence lengths in \\[2, max_length=32\\]"):
+        export.run(Artifact(model_dir, "hf"), tmp_path / "x", ctx, format="tflite", buckets=[64])

@@ -11,14 +11,16 @@ from edgekit import families, runtime
 from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
-FORMATS = ("onnx", "torchscript")
+FORMATS = ("onnx", "torchscript", "tflite")
 EXPORTERS = ("torchscript", "dynamo")
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporter: str = "torchscript", opset: int = 17,
-        target: str = "x86", check_sentences: int = 200, min_label_agreement: float = 0.99) -> Artifact:
-    """format: `onnx` (dynamic batch and sequence) or `torchscript` (a traced module, model.pt; a legacy format,
-    for PyTorch Mobile and libtorch users). exporter (ONNX): `torchscript` (default) traces eager attention, the
+        buckets: list = [32, 64, 128], target: str = "x86", check_sentences: int = 200,
+        min_label_agreement: float = 0.99) -> Artifact:
+    """format: `onnx` (dynamic batch and sequence), `tflite` (litert-torch; static shapes, so one signature per
+    sequence bucket in one file with shared weights: the runtime picks the smallest bucket that fits) or
+    `torchscript` (a traced module, model.pt; a legacy format, for PyTorch Mobile and libtorch users). exporter (ONNX): `torchscript` (default) traces eager attention, the
     graph ONNX Runtime fuses into its Attention, EmbedLayerNormalization and SkipLayerNormalization kernels
     (measured: 1.36x faster INT8 than `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
     if format not in FORMATS:
@@ -27,24 +29,34 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
         raise EdgekitError(f"export.exporter '{exporter}'; supported: {', '.join(EXPORTERS)}")
     if artifact.kind != "hf":
         raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
+    if format == "tflite" and (not buckets or any(not isinstance(b, int) or not 2 <= b <= ctx.max_length for b in buckets)):
+        raise EdgekitError(f"export.buckets {buckets} must be sequence lengths in [2, max_length={ctx.max_length}]")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     out_dir.mkdir(parents=True, exist_ok=True)
     sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
     sample = (sample["input_ids"], sample["attention_mask"])
+    inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")]
+    extra = {"exporter": exporter, "opset": opset} if format == "onnx" else {}
     if format == "onnx":
         path = out_dir / "model.onnx"
         to_onnx(model, sample, path, exporter, opset, ctx.max_length)
+    elif format == "tflite":
+        path = out_dir / "model.tflite"
+        buckets = sorted(set(buckets))
+        to_tflite(model, path, buckets)
+        inputs = [{"name": n, "dtype": "int32", "shape": [1, "bucket"]} for n in ("args_0", "args_1")]
+        extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}}
     else:
         path = out_dir / "model.pt"
         to_torchscript(model, sample, path)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
-            "max_length": ctx.max_length, "tokenizer": "tokenizer.json", "pad_id": tokenizer.pad_token_id,
-            "inputs": [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")],
+            "max_length": max(buckets) if format == "tflite" else ctx.max_length, "tokenizer": "tokenizer.json",
+            "pad_id": tokenizer.pad_token_id, "inputs": inputs,
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}],
-            "source": str(artifact.path), **({"exporter": exporter, "opset": opset} if format == "onnx" else {})}
+            "source": str(artifact.path), **extra}
     write_json(out_dir / "model.json", meta)
     exported = Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
     check = compare(runtime.HFModel(artifact.path), runtime.load(path), ctx.splits.test[:check_sentences])
@@ -53,6 +65,26 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
         raise EdgekitError(f"{format} export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test "
                            f"sentences (max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at {path}")
     return exported
+
+
+def to_tflite(model, path: Path, buckets: list) -> None:
+    """One .tflite file with a signature `seqN` per bucket N (batch 1, int32 inputs); weights are shared."""
+    try:
+        import litert_torch
+    except ImportError:
+        raise EdgekitError("TFLite export needs litert-torch: pip install 'edgekit[tflite]'")
+    model.config._attn_implementation = "eager"
+    wrapper = _Logits(model, int32=True).eval()
+    converter = None
+    for b in buckets:
+        args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))
+        converter = (litert_torch if converter is None else converter).signature(f"seq{b}", wrapper, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        edge = converter.convert()
+    tmp = path.with_suffix(".tflite.tmp")
+    edge.export(str(tmp))
+    os.replace(tmp, path)
 
 
 def to_torchscript(model, sample: tuple, path: Path) -> None:
@@ -87,13 +119,16 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
 
 
 class _Logits(torch.nn.Module):
-    """Inputs by position, logits out: the graph ONNX and the device runtimes see."""
+    """Inputs by position, logits out: the graph ONNX and the device runtimes see. TFLite runtimes feed int32 ids."""
 
-    def __init__(self, model):
+    def __init__(self, model, int32: bool = False):
         super().__init__()
         self.model = model
+        self.int32 = int32
 
     def forward(self, input_ids, attention_mask):
+        if self.int32:
+            input_ids, attention_mask = input_ids.long(), attention_mask.long()
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
