@@ -20,9 +20,10 @@ FAMILIES = {
     "bert": _bert_like("bert"),
     "roberta": _bert_like("roberta"),
     "electra": _bert_like("electra"),
+    # MPNet computes one relative position bias for all heads, once per forward: see keep_bias_heads
     "mpnet": {"layers": "mpnet.encoder.layer", "q": "attention.attn.q", "k": "attention.attn.k",
               "v": "attention.attn.v", "o": "attention.attn.o", "ffn_in": "intermediate.dense",
-              "ffn_out": "output.dense"},
+              "ffn_out": "output.dense", "bias_heads": "attention.attn"},
     "distilbert": {"layers": "distilbert.transformer.layer", "q": "attention.q_lin", "k": "attention.k_lin",
                    "v": "attention.v_lin", "o": "attention.out_lin", "ffn_in": "ffn.lin1", "ffn_out": "ffn.lin2"},
     # ALBERT shares one layer across depth: a student keeps the shared weights and runs fewer times.
@@ -128,6 +129,26 @@ def apply_shapes(model, shapes: dict):
         replace_module(block, fam["o"], torch.nn.Linear(heads * head_dim, model.config.hidden_size))
         replace_module(block, fam["ffn_in"], torch.nn.Linear(model.config.hidden_size, ffn))
         replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, model.config.hidden_size))
+        if fam.get("bias_heads"):
+            keep_bias_heads(block.get_submodule(fam["bias_heads"]), list(range(heads)))  # indices load with weights
+
+
+def keep_bias_heads(attention, heads: list) -> None:
+    """Pruned MPNet attention: keep the shared relative position bias rows of the kept heads (indices into the
+    layer's current heads). The indices are a saved buffer, so a pruned checkpoint reloads them."""
+    current = getattr(attention, "kept_heads", None)
+    index = current[torch.tensor(heads)] if current is not None else torch.tensor(heads)
+    attention.register_buffer("kept_heads", index.clone())
+    attention.all_head_size = len(heads) * attention.attention_head_size
+    attention.num_attention_heads = len(heads)
+    if current is None:
+        attention.register_forward_pre_hook(_slice_position_bias)
+
+
+def _slice_position_bias(attention, args):
+    if len(args) > 2 and args[2] is not None:
+        return (*args[:2], args[2].index_select(1, attention.kept_heads), *args[3:])
+    return None
 
 
 class RemappedEmbedding(torch.nn.Module):

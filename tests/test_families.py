@@ -38,7 +38,7 @@ def test_student_layer_out_of_range(tmp_path):
         families.student_from_teacher(teacher, [1, 7])
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "albert"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_pruned_model_shrinks_saves_and_reloads(tmp_path, family):
     model = families.load_model(make_model_dir(tmp_path / family, family))
     before = sum(p.numel() for p in model.parameters())
@@ -73,7 +73,7 @@ def test_pruned_model_shrinks_saves_and_reloads(tmp_path, family):
         assert abs(next(iter(out.values())) - expected[:1].numpy()).max() < 1e-4
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "albert"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_pruning_heads_equals_masking_them(tmp_path, family):
     """Removing a head's rows and columns computes what zeroing that head's output would compute."""
     model = families.load_model(make_model_dir(tmp_path / "m", family, layers=2))

@@ -62,7 +62,29 @@ def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
     ({"ffn_keep": 1.5}, "must be a fraction"),
     ({"importance": "taylor"}, "importance is gradient or magnitude"),
     ({"steps": 0}, "steps >= 1"),
+    ({"heads_per_layer": 5}, "this model has 4 heads per layer; give 1..4"),
 ])
 def test_bad_prune_settings(model_dir, ctx, tmp_path, settings, message):
     with pytest.raises(EdgekitError, match=message):
         prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, **settings)
+
+
+def test_heads_per_layer_budget(model_dir, ctx, tmp_path):
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, heads_per_layer=1, importance="magnitude")
+    assert out.metrics["heads_kept"] == [1, 1, 1, 1]
+
+
+def test_mpnet_heads_prune_twice_and_reload(tmp_path):
+    from edgekit.testing import make_model_dir
+
+    model = families.load_model(make_model_dir(tmp_path / "mp", "mpnet"))
+    prune.prune_model(model, 0.75, 1.0)
+    shapes = prune.prune_model(model, 0.5, 1.0)  # indices compose with the first cut
+    kept = model.mpnet.encoder.layer[0].attention.attn.kept_heads
+    assert shapes["heads"] == [2] * 4 and len(kept) == 2 and all(0 <= int(h) < 4 for h in kept)
+    ids = torch.tensor([[2, 10, 12, 5, 3]])
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path / "p")
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "p")(input_ids=ids).logits, expected, atol=1e-6)

@@ -19,7 +19,8 @@ from edgekit.errors import EdgekitError
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
-        importance: str = "gradient", scope: str = "layer", steps: int = 1, importance_batches: int = 32,
+        heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
+        importance_batches: int = 32,
         vocab: bool = False, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
@@ -29,9 +30,12 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
-    if heads_keep < 1 and model.config.model_type == "mpnet":
-        raise EdgekitError("head pruning is not supported for MPNet (its relative position bias is shared across "
-                           "layers); use prune.heads_keep=1.0 and prune FFN neurons only")
+    if heads_per_layer:  # a budget in heads per layer instead of a fraction
+        heads = model.config.num_attention_heads
+        if not 1 <= heads_per_layer <= heads:
+            raise EdgekitError(f"prune.heads_per_layer={heads_per_layer}: this model has {heads} heads per layer; "
+                               f"give 1..{heads}")
+        heads_keep = heads_per_layer / heads
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
     if vocab:
         keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)))
@@ -152,6 +156,8 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
         for name in ("q", "k", "v"):
             families.replace_module(block, fam[name], _slice(block.get_submodule(fam[name]), rows, out=True))
         families.replace_module(block, fam["o"], _slice(block.get_submodule(fam["o"]), rows, out=False))
+        if fam.get("bias_heads"):
+            families.keep_bias_heads(block.get_submodule(fam["bias_heads"]), heads)
         neurons = ffn_score.topk(f).indices.sort().values
         families.replace_module(block, fam["ffn_in"], _slice(block.get_submodule(fam["ffn_in"]), neurons, out=True))
         families.replace_module(block, fam["ffn_out"], _slice(block.get_submodule(fam["ffn_out"]), neurons, out=False))
