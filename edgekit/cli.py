@@ -59,6 +59,7 @@ def build_parser():
     a.add_argument("action", nargs="?", choices=["list", "fetch"], default="list")
     a.add_argument("name", nargs="?")
     a.set_defaults(func=cmd_assets)
+
     g = sub.add_parser("gate", help="check a finished run (or model files, for size) against budgets; exit 3 if over")
     g.add_argument("path", help="a run folder, its manifest.json, or (size only) a model file or folder")
     g.add_argument("--max-size-mb", type=float)
@@ -68,10 +69,12 @@ def build_parser():
     g.add_argument("--target", help="check the results of this device target")
     g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     g.set_defaults(func=cmd_gate)
+
     rp = sub.add_parser("report", help="report.md, report.html and plots from one or more finished runs")
     rp.add_argument("runs", nargs="+", help="run folders")
     rp.add_argument("--out", help="folder for the report (default: RUN/report for one run, artifacts/report for several)")
     rp.set_defaults(func=cmd_report)
+
     cp = sub.add_parser("compare", help="the model-selection table: size, latency, memory, accuracy per model")
     cp.add_argument("models", nargs="*", help="assets, local folders or config.json files")
     cp.add_argument("--families", action="store_true", help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes")
@@ -79,6 +82,7 @@ def build_parser():
     cp.add_argument("--threads", type=int, default=1)
     cp.add_argument("--out", default="artifacts/compare")
     cp.set_defaults(func=cmd_compare)
+
     sw = sub.add_parser("sweep", help="run a recipe over a grid (key=v1,v2 ...), sharing stages; report the Pareto front")
     sw.add_argument("--recipe", default="distilbert-int8")
     sw.add_argument("--out", help="sweep folder (default artifacts/sweep-<recipe>)")
