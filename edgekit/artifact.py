@@ -24,18 +24,25 @@ class Artifact:
         return cls(path if path.is_absolute() else root / path, d["kind"], dict(d.get("metrics", {})))
 
 
-def files(artifact: Artifact) -> list:
-    """The files an artifact is made of (a folder's files, or a model file and its sidecars)."""
-    path = Path(artifact.path)
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file())
-    return sorted(p for p in path.parent.iterdir() if p.is_file())
+WEIGHT_SUFFIXES = (".onnx", ".safetensors", ".tflite", ".pt", ".data")
+
+
+def weight_files(path: Path) -> list:
+    """The files holding a model's weights: a model file and its external data, or a folder's weight files
+    (tokenizer and sidecars excluded)."""
+    path = Path(path)
+    if path.is_file():
+        return [path] + sorted(path.parent.glob(path.name + ".data"))
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
+def weights_mb(path: Path) -> float:
+    """Bytes of the weights a device must hold, in MB (10^6)."""
+    return round(sum(p.stat().st_size for p in weight_files(path)) / 1e6, 3)
 
 
 def size_mb(artifact: Artifact) -> float:
-    """Bytes of the weights a device must hold (tokenizer and sidecars excluded), in MB (10^6)."""
-    weights = [p for p in files(artifact) if p.suffix in (".onnx", ".safetensors", ".tflite", ".pt", ".data")]
-    return round(sum(p.stat().st_size for p in weights) / 1e6, 3)
+    return weights_mb(artifact.path)
 
 
 def write_json(path: Path, obj) -> None:

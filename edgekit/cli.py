@@ -98,12 +98,7 @@ def build_parser():
 def cmd_compress(args) -> int:
     from edgekit import pipeline, recipe
 
-    extra = list(args.overrides)
-    if args.teacher:
-        extra.append(f"teacher={args.teacher}")
-    if args.data:
-        extra.append(f"data.source={args.data}")
-    resolved = recipe.load(args.recipe, extra)
+    resolved = pipeline.resolve(args.recipe, args.teacher, args.data, args.overrides)
     if args.dry_run:
         print(recipe.dump(resolved), end="")
         return 0

@@ -9,11 +9,10 @@ import re
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from edgekit import recipe as recipes
+from edgekit import artifact, recipe as recipes
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
-WEIGHT_SUFFIXES = (".onnx", ".safetensors", ".tflite", ".pt", ".data")
 
 
 def parse_budget(text: str) -> tuple:
@@ -30,14 +29,9 @@ def parse_budget(text: str) -> tuple:
 
 def weights_mb(path: Path) -> float:
     """Size of the weights of a model file or folder, in MB, from the files alone."""
-    path = Path(path)
-    if path.is_file():
-        siblings = [path] + [p for p in path.parent.glob(path.name + ".data")]
-        return round(sum(p.stat().st_size for p in siblings) / 1e6, 3)
-    files = [p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES]
-    if not files:
-        raise EdgekitError(f"{path} holds no model weights ({', '.join(WEIGHT_SUFFIXES)}); nothing to gate")
-    return round(sum(p.stat().st_size for p in files) / 1e6, 3)
+    if not artifact.weight_files(path):
+        raise EdgekitError(f"{path} holds no model weights ({', '.join(artifact.WEIGHT_SUFFIXES)}); nothing to gate")
+    return artifact.weights_mb(path)
 
 
 def load_manifest(path: Path) -> tuple:
@@ -70,7 +64,7 @@ def check(path, budgets: list, target: str = None) -> list:
         others = [b for b in budgets if b[0] != "size_mb"]
         if others or not budgets:
             raise EdgekitError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
-        return [row("size_mb", op, bound, weights_mb(path)) for _, op, bound in budgets]
+        return [recipes.budget_row("size_mb", op, bound, weights_mb(path)) for _, op, bound in budgets]
     manifest, run = load_manifest(path)
     missing = [rel for stage in manifest["stages"] for rel in stage["files"] if not (run / rel).is_file()]
     if missing:
@@ -95,13 +89,8 @@ def check(path, budgets: list, target: str = None) -> list:
         if not isinstance(metrics.get(metric), (int, float)):
             raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
                                f"accuracy, bench for latency and memory) or drop that budget")
-        rows.append(row(metric, op, bound, metrics[metric]))
+        rows.append(recipes.budget_row(metric, op, bound, metrics[metric]))
     return rows
-
-
-def row(metric: str, op: str, bound: float, actual: float) -> dict:
-    ok = {"<=": actual <= bound, ">=": actual >= bound, "<": actual < bound, ">": actual > bound}[op]
-    return {"metric": metric, "op": op, "target": bound, "actual": actual, "ok": bool(ok)}
 
 
 def lines(rows: list) -> list:

@@ -143,7 +143,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                      "files": {str(p.relative_to(out)): assets.sha256_file(p)
                                for p in sorted(stage_dir.rglob("*")) if p.is_file()}, "reused": False}
             if shared:
-                to_shared(shared, entry, stage_dir, out)
+                to_shared(shared, entry, stage_dir)
         manifest["stages"].append(entry)
         input_print = hashlib.sha256(json.dumps(entry["files"], sort_keys=True).encode()).hexdigest() \
             if entry["files"] and Path(artifact.path).is_relative_to(stage_dir) else input_print
@@ -216,7 +216,7 @@ def reusable(previous: dict, index: int, name: str, key: str, out: Path):
     return entry
 
 
-def to_shared(shared: Path, entry: dict, stage_dir: Path, out: Path) -> None:
+def to_shared(shared: Path, entry: dict, stage_dir: Path) -> None:
     """Publish a finished stage under its key (hard links: no copy of the weights)."""
     target = shared / entry["key"]
     if target.exists():
@@ -260,21 +260,20 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
 
 
 def check_budgets(budgets: dict, metrics: dict) -> list:
-    rows = []
-    for metric, bound in budgets.items():
-        op, target = recipes.parse_bound(bound)
-        actual = metrics.get(metric)
-        ok = actual is not None and {"<=": actual <= target, ">=": actual >= target,
-                                     "<": actual < target, ">": actual > target}[op]
-        rows.append({"metric": metric, "op": op, "target": target, "actual": actual, "ok": bool(ok)})
-    return rows
+    return [recipes.budget_row(metric, *recipes.parse_bound(bound), metrics.get(metric))
+            for metric, bound in budgets.items()]
+
+
+def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:
+    """The validated recipe, with --teacher and --data applied as the overrides they are."""
+    extra = list(overrides) + ([f"teacher={teacher}"] if teacher else []) + ([f"data.source={data}"] if data else [])
+    return recipes.load(recipe, extra)
 
 
 def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = None, out=None,
              overrides: list = (), progress: bool = True):
     """Run a recipe; returns (final Artifact, manifest)."""
-    extra = list(overrides) + ([f"teacher={teacher}"] if teacher else []) + ([f"data.source={data}"] if data else [])
-    resolved = recipes.load(recipe, extra)
+    resolved = resolve(recipe, teacher, data, overrides)
     out = Path(out) if out else Path("artifacts") / resolved["name"]
     manifest = run(resolved, out, progress)
     return Artifact.from_json(manifest["final"], out.resolve()), manifest

@@ -160,6 +160,13 @@ def parse_bound(bound):
     return None
 
 
+def budget_row(metric: str, op: str, bound: float, actual) -> dict:
+    """One budget checked: an unmeasured metric (None) never holds."""
+    ok = actual is not None and {"<=": actual <= bound, ">=": actual >= bound, "<": actual < bound,
+                                 ">": actual > bound}[op]
+    return {"metric": metric, "op": op, "target": bound, "actual": actual, "ok": bool(ok)}
+
+
 def _bind(section: str, fn, settings: dict, skip=()) -> list:
     params = {n: p for n, p in inspect.signature(fn).parameters.items() if n not in skip}
     errors = []
