@@ -54,8 +54,7 @@ def measure(spec: str, work: Path, data=None, threads: int = 1) -> dict:
 
     model, source = build(spec)
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
-    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    task_model = source is not None and data is not None and labels == data.labels
+    task_model = source is not None and data is not None and families.label_names(model.config) == data.labels
     if task_model:  # a model trained for these labels: its accuracy means something
         from edgekit import runtime
         from edgekit.stages.evaluate import accuracy
@@ -112,10 +111,9 @@ def write(rows: list, out: Path) -> None:
 
 
 def chart(rows: list, path: Path) -> None:
-    import matplotlib
+    from edgekit.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.5 * len(rows) + 2), dpi=120)
     names = [r["model"] for r in rows]

@@ -53,6 +53,11 @@ def layers(model):
     return model.get_submodule(family(model.config)["layers"])
 
 
+def label_names(config) -> list:
+    """The classifier's labels, index = class id."""
+    return [config.id2label[i] for i in range(config.num_labels)]
+
+
 def num_layers(config) -> int:
     return config.num_hidden_layers
 
@@ -88,7 +93,7 @@ def load_model(path, labels=None):
         model.load_state_dict(state, strict=False)
         return model.eval()
     kwargs = {}
-    if labels is not None and [config.id2label.get(i) for i in range(len(config.id2label))] != list(labels):
+    if labels is not None and label_names(config) != list(labels):
         kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
                   "label2id": {n: i for i, n in enumerate(labels)}}
     with torch.device("cpu"):

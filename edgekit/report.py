@@ -88,11 +88,18 @@ def pareto(pts: list) -> list:
     return [p for p in pts if not any(q[1] >= p[1] and q[2] <= p[2] and (q[1] > p[1] or q[2] < p[2]) for q in pts)]
 
 
-def plot_tradeoff(pts: list, path: Path) -> None:
+def pyplot():
+    """matplotlib's pyplot drawing to files (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_tradeoff(pts: list, path: Path) -> None:
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     front = sorted(pareto(pts), key=lambda p: p[2])
@@ -115,10 +122,7 @@ def plot_tradeoff(pts: list, path: Path) -> None:
 
 
 def plot_breakdown(rows: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(rows)
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.5), dpi=120)
@@ -136,10 +140,7 @@ def plot_breakdown(rows: dict, path: Path) -> None:
 
 
 def plot_heads(heads: list, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(max(4, len(heads) * 0.7), 1.8), dpi=120)
     image = ax.imshow([heads], cmap="viridis", aspect="auto", vmin=0)

@@ -47,7 +47,7 @@ class HFModel:
             torch.set_num_threads(threads)
         self.model = families.load_model(path)
         self.tokenizer = families.load_tokenizer(path)
-        self.labels = [self.model.config.id2label[i] for i in range(self.model.config.num_labels)]
+        self.labels = families.label_names(self.model.config)
         self.max_length = min(getattr(self.tokenizer, "model_max_length", 512) or 512, 512)
 
     def encode(self, texts, max_length=None):

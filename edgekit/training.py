@@ -59,6 +59,16 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
     return sum(losses) / max(1, len(losses))
 
 
+def soft_label_kd(student_logits, teacher_logits, temperature: float):
+    """Hinton's soft-label loss: KL between temperature-softened distributions, times T^2 so its gradients keep
+    their scale as T changes."""
+    import torch.nn.functional as F
+
+    T = temperature
+    return F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1),
+                    reduction="batchmean") * T * T
+
+
 def _save(ckpt: Path, model, optimizer, scheduler, step: int, extra_params):
     """Write the checkpoint beside the old one, then swap, so a kill never leaves half a checkpoint."""
     tmp = ckpt.with_name(ckpt.name + ".tmp")

@@ -28,7 +28,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, layers: list | str = "every_o
     student = families.student_from_teacher(teacher, keep)
     for p in teacher.parameters():
         p.requires_grad_(False)
-    T = temperature
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
     cached = teacher_outputs(teacher, encoded, tokenizer.pad_token_id, cosine > 0, ctx.progress) if cache_teacher else None
 
@@ -43,8 +42,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, layers: list | str = "every_o
                 t = teacher(**inputs, output_hidden_states=cosine > 0)
             t_logits, t_hidden = t.logits, t.hidden_states[-1][real] if cosine > 0 else None
         s = model(**inputs, output_hidden_states=cosine > 0)
-        kd = F.kl_div(F.log_softmax(s.logits / T, -1), F.softmax(t_logits / T, -1), reduction="batchmean") * T * T
-        loss = alpha * kd + (1 - alpha) * F.cross_entropy(s.logits, batch["labels"])
+        loss = alpha * training.soft_label_kd(s.logits, t_logits, temperature) + (1 - alpha) * F.cross_entropy(s.logits, batch["labels"])
         if cosine > 0:
             cos = F.cosine_similarity(s.hidden_states[-1][real], t_hidden, dim=-1)
             loss = loss + cosine * (1 - cos).mean()

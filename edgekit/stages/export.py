@@ -51,7 +51,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
         path = out_dir / "model.pt"
         to_torchscript(model, sample, path)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
-    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    labels = families.label_names(model.config)
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
             "max_length": max(buckets) if format == "tflite" else ctx.max_length, "tokenizer": "tokenizer.json",
             "pad_id": tokenizer.pad_token_id, "inputs": inputs,

@@ -64,15 +64,12 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
 
 def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
     """Recovery training: KD from the unpruned model plus hard-label CE."""
-    T = temperature
-
     def loss_fn(m, b):
         inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
         with torch.no_grad():
             t = teacher(**inputs).logits
         s = m(**inputs).logits
-        kd = F.kl_div(F.log_softmax(s / T, -1), F.softmax(t / T, -1), reduction="batchmean") * T * T
-        return 0.5 * kd + 0.5 * F.cross_entropy(s, b["labels"])
+        return 0.5 * training.soft_label_kd(s, t, temperature) + 0.5 * F.cross_entropy(s, b["labels"])
 
     training.train(model, encoded, loss_fn, out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=0.1,
                    weight_decay=0.01, checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=pad_id,
