@@ -71,12 +71,19 @@ def path(name: str, progress: bool = True) -> Path:
     return target / Path(member).name if not member.endswith("/") else target
 
 
+_HASHED = {}  # (path, inode, size, mtime_ns) -> sha256: a file read once per process, however many checks ask
+
+
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    stat = os.stat(path)
+    key = (str(Path(path).resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHED:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 def intact(target: Path) -> bool:
