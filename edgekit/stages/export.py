@@ -1,5 +1,5 @@
-"""export: a transformers folder -> ONNX (dynamic batch and sequence) with a model.json sidecar, checked against
-the PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
+"""export: a transformers folder -> ONNX, TFLite or TorchScript with a model.json sidecar, checked against the
+PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
 import os
 import warnings
 from pathlib import Path
@@ -20,9 +20,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
         min_label_agreement: float = 0.99) -> Artifact:
     """format: `onnx` (dynamic batch and sequence), `tflite` (litert-torch; static shapes, so one signature per
     sequence bucket in one file with shared weights: the runtime picks the smallest bucket that fits) or
-    `torchscript` (a traced module, model.pt; a legacy format, for PyTorch Mobile and libtorch users). exporter (ONNX): `torchscript` (default) traces eager attention, the
-    graph ONNX Runtime fuses into its Attention, EmbedLayerNormalization and SkipLayerNormalization kernels
-    (measured: 1.36x faster INT8 than `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
+    `torchscript` (a traced module, model.pt; a legacy format, for PyTorch Mobile and libtorch users).
+    exporter (ONNX): `torchscript` (default) traces eager attention, the graph ONNX Runtime fuses into its
+    Attention, EmbedLayerNormalization and SkipLayerNormalization kernels (measured: 1.36x faster INT8 than
+    `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
     if format not in FORMATS:
         raise EdgekitError(f"export.format '{format}' is not supported here; supported: {', '.join(FORMATS)}")
     if exporter not in EXPORTERS:

@@ -1,4 +1,4 @@
-"""quantize: ONNX Runtime dynamic INT8 (weights INT8 per channel, activations quantized on the fly),
+"""quantize: ONNX Runtime dynamic INT8 (weights INT8 per channel or per tensor, activations quantized on the fly),
 embeddings included. The result is checked against its FP32 source on real test sentences."""
 import json
 import os
