@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgekit import data, pipeline, runtime
+from edgekit import pipeline, runtime
 from edgekit.artifact import Artifact, size_mb
 from edgekit.stages import bench, evaluate, export, quantize
 
@@ -26,13 +26,8 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     a = p.parse_args(argv)
     run = a.run.resolve()
-    manifest = json.loads((run / "manifest.json").read_text())
-    recipe = manifest["recipe"]
-    data_spec = {k: v for k, v in recipe["data"].items() if k != "max_eval"}  # accuracy on the whole test split
-    splits = data.load(seed=recipe["seed"], **data_spec)
-    teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
-                   Artifact(Path(manifest["model"]["path"]), "hf"))
-    ctx = pipeline.Context(splits, teacher, recipe["seed"], recipe["max_length"], progress=True)
+    manifest, ctx = pipeline.context_of(run)  # accuracy on the whole test split
+    recipe, splits, teacher = manifest["recipe"], ctx.splits, ctx.teacher
     work = run / "peers"
     fp32 = export.run(teacher, work / "teacher-fp32", ctx)
     int8 = quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True)

@@ -36,11 +36,8 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     a = p.parse_args(argv)
     run = a.run.resolve()
-    manifest = json.loads((run / "manifest.json").read_text())
-    recipe = manifest["recipe"]
-    splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
-    teacher = next(Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune")
-    ctx = pipeline.Context(splits, teacher, recipe["seed"], recipe["max_length"], progress=True)
+    manifest, ctx = pipeline.context_of(run)
+    recipe, splits, teacher = manifest["recipe"], ctx.splits, ctx.teacher
     work = run / "bench-prune"
     settings = dict(heads_keep=a.heads_keep, ffn_keep=a.ffn_keep, steps=a.steps, recover_epochs=a.recover_epochs,
                     lr=1e-4, importance="gradient")

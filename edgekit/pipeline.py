@@ -270,6 +270,17 @@ def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list 
     return recipes.load(recipe, extra)
 
 
+def context_of(run: Path, progress: bool = True) -> tuple:
+    """(manifest, Context) of a finished run, for benchmarks over it: the same data and seed, the whole test
+    split (max_eval dropped), the fine-tuned teacher (or the input model when the recipe had no finetune)."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    recipe = manifest["recipe"]
+    splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
+    teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
+                   Artifact(Path(manifest["model"]["path"]), "hf"))
+    return manifest, Context(splits, teacher, recipe["seed"], recipe["max_length"], progress)
+
+
 def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = None, out=None,
              overrides: list = (), progress: bool = True):
     """Run a recipe; returns (final Artifact, manifest)."""

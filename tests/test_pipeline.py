@@ -118,3 +118,12 @@ def test_python_api_compress_and_load_agree_across_formats(tiny_recipe, tmp_path
     a, b = onnx(texts), hf(texts)
     assert a["labels"] == b["labels"] and set(a["labels"]) <= {"neg", "pos"}
     assert abs(a["probs"] - b["probs"]).max() < 0.1 and a["probs"].shape == (3, 2)
+
+
+def test_context_of_a_finished_run_reloads_its_data_whole_and_its_teacher(tiny_recipe, tmp_path):
+    out = tmp_path / "run"
+    small = run(tiny_recipe, out, "data.max_eval=5")
+    manifest, ctx = pipeline.context_of(out.resolve(), progress=False)
+    assert manifest["final"] == small["final"]
+    assert len(ctx.splits.test) > 5  # benchmarks score the whole test split
+    assert ctx.teacher.path == out.resolve() / "01-finetune" / "model"
