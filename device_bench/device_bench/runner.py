@@ -1,0 +1,336 @@
+"""The on-device runner: one model file and its model.json in (optionally a labelled CSV), one result JSON out.
+
+    python -m device_bench MODEL [--data test.csv] [--out result.json] [--runs 50] [--warmup 10] [--batch 8]
+                                 [--threads 1] [--seq-len 128] [--emulated]
+
+It imports only numpy, `tokenizers` and one runtime (onnxruntime for .onnx, ai-edge-litert for .tflite), so
+copying this folder to a device with those packages is enough. Measured, in this order: load time and the memory
+after loading; latency p50/p90/p99 at batch 1 and a fixed sequence length after warm-up; throughput at batch 1
+and at batch N; latency on real sentences with tokenization included and accuracy (when --data is given);
+peak RSS (VmHWM). The result is written once, at the end, through a temporary file: a failed run leaves none.
+Unknown sidecar keys are ignored.
+"""
+import argparse
+import csv
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REQUIRED = ("format", "inputs", "outputs", "labels", "max_length", "tokenizer", "pad_id")
+RUNTIME_PACKAGE = {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}
+
+
+class BenchError(Exception):
+    """A problem with the model, its sidecar, the data or this device's Python: one line, exit 1."""
+
+
+def read_sidecar(model: Path, meta_path: Path = None) -> dict:
+    meta_path = meta_path or model.parent / "model.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except OSError:
+        raise BenchError(f"{meta_path} not found; copy the model.json exported with {model.name} beside it")
+    except ValueError as e:
+        raise BenchError(f"{meta_path} is not valid JSON ({e}); copy the model.json exported with {model.name}")
+    missing = [k for k in REQUIRED if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise BenchError(f"{meta_path} lacks {', '.join(missing)}; it is not an edgekit model.json: re-export the model")
+    kind = file_format(model)
+    if meta["format"] != kind:
+        raise BenchError(f"{model.name} is a {kind} file but {meta_path.name} says {meta['format']}: the sidecar "
+                         f"does not match the model; copy the model.json exported with this file")
+    if not (model.parent / meta["tokenizer"]).is_file() or "/" in meta["tokenizer"]:
+        raise BenchError(f"{meta_path.name} names tokenizer {meta['tokenizer']!r}, which is not beside {model.name}; "
+                         f"copy it too")
+    return meta
+
+
+def file_format(model: Path) -> str:
+    """What the bytes say: TFLite flatbuffers carry 'TFL3' at offset 4; ONNX is a protobuf (.onnx)."""
+    try:
+        with open(model, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise BenchError(f"cannot read {model} ({e.strerror}); give an .onnx or .tflite file")
+    if head[4:8] == b"TFL3":
+        return "tflite"
+    if model.suffix == ".onnx":
+        return "onnx"
+    raise BenchError(f"{model} is neither ONNX (.onnx) nor TFLite (no TFL3 header); give an exported model file")
+
+
+class Tokenizer:
+    """tokenizer.json through the `tokenizers` package: ids and attention mask, padded to the longest."""
+
+    def __init__(self, path: Path, meta: dict):
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError:
+            raise BenchError(missing_package("tokenizers"))
+        try:
+            self.tok = HFTokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception on a bad file
+            raise BenchError(f"{path.name} is not a tokenizer file ({str(e)[:100]}); copy the one exported with the model")
+        self.tok.no_padding()
+        self.max_length, self.pad_id = meta["max_length"], meta["pad_id"]
+
+    def encode(self, texts, max_length=None):
+        self.tok.enable_truncation(min(max_length or self.max_length, self.max_length))
+        encs = self.tok.encode_batch(list(texts))
+        width = max(len(e.ids) for e in encs)
+        ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encs), width), dtype=np.int64)
+        for row, e in enumerate(encs):
+            ids[row, :len(e.ids)] = e.ids
+            mask[row, :len(e.ids)] = 1
+        return ids, mask
+
+
+def missing_package(name: str) -> str:
+    return (f"{name} is not installed for {sys.executable}; pip install {name} there (or let the harness create a "
+            f"virtual environment: venv: true)")
+
+
+class OnnxRunner:
+    def __init__(self, path: Path, meta: dict, threads: int):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise BenchError(missing_package("onnxruntime"))
+        self.runtime, self.version = "onnxruntime", ort.__version__
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise BenchError(f"onnxruntime cannot load {path.name} ({str(e).splitlines()[0][:140]}); copy the file again "
+                             f"or re-export it")
+        have = [i.name for i in self.session.get_inputs()]
+        want = [i["name"] for i in meta["inputs"]]
+        if sorted(have) != sorted(want):
+            raise BenchError(f"model.json lists inputs {want} but {path.name} takes {have}: the sidecar does not match "
+                             f"the model; copy the model.json exported with this file")
+        self.names = want
+
+    def logits(self, ids, mask):
+        feed = dict(zip(self.names, (ids, mask)))
+        return self.session.run(None, feed)[0]
+
+
+class TFLiteRunner:
+    """One signature per sequence bucket (batch 1): each row runs in the smallest bucket that holds it."""
+
+    def __init__(self, path: Path, meta: dict, threads: int):
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+            import ai_edge_litert
+            self.runtime, self.version = "ai-edge-litert", getattr(ai_edge_litert, "__version__", "?")
+        except ImportError:
+            try:
+                from tflite_runtime.interpreter import Interpreter
+                import tflite_runtime
+                self.runtime, self.version = "tflite-runtime", getattr(tflite_runtime, "__version__", "?")
+            except ImportError:
+                raise BenchError(missing_package("ai-edge-litert"))
+        if self.version == "?":
+            self.version = package_version(self.runtime)
+        self.buckets = sorted(meta.get("buckets") or [meta["max_length"]])
+        signatures = meta.get("signatures") or {}
+        try:
+            self.interpreter = Interpreter(str(path), num_threads=threads or None)
+            found = self.interpreter.get_signature_list()
+        except (ValueError, RuntimeError) as e:
+            raise BenchError(f"the TFLite interpreter cannot load {path.name} ({str(e).splitlines()[0][:140]}); copy "
+                             f"the file again or re-export it")
+        wanted = [signatures.get(str(b)) for b in self.buckets]
+        if not all(w in found for w in wanted):
+            raise BenchError(f"model.json names signatures {wanted} but {path.name} has {sorted(found)}: the sidecar "
+                             f"does not match the model; copy the model.json exported with this file")
+        self.runners = {b: self.interpreter.get_signature_runner(signatures[str(b)]) for b in self.buckets}
+        self.names = [i["name"] for i in meta["inputs"]]
+        if sorted(self.names) != sorted(found[wanted[0]]["inputs"]):
+            raise BenchError(f"model.json lists inputs {self.names} but {path.name} takes {found[wanted[0]]['inputs']}: "
+                             f"the sidecar does not match the model; copy the model.json exported with this file")
+        self.pad_id = meta["pad_id"]
+
+    def logits(self, ids, mask):
+        rows = []
+        for row_ids, row_mask in zip(ids, mask):
+            n = int(row_mask.sum())
+            b = next((b for b in self.buckets if b >= n), self.buckets[-1])
+            n = min(n, b)
+            padded = np.full((1, b), self.pad_id, dtype=np.int32)
+            padded_mask = np.zeros((1, b), dtype=np.int32)
+            padded[0, :n] = row_ids[:n]
+            padded_mask[0, :n] = 1
+            out = self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask})
+            rows.append(next(iter(out.values()))[0])
+        return np.stack(rows)
+
+
+def package_version(name: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return "?"
+
+
+def percentiles(ms: list) -> dict:
+    a = np.array(ms)
+    return {f"p{q}": round(float(np.percentile(a, q)), 3) for q in (50, 90, 99)}
+
+
+def timed(fn, runs: int, warmup: int) -> list:
+    for _ in range(warmup):
+        fn()
+    ms = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        ms.append((time.perf_counter() - t) * 1e3)
+    return ms
+
+
+def memory_mb(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process; ru_maxrss where /proc is absent (a chroot, macOS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale, 1)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Hardware", "Model", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def read_labelled(path: Path, labels: list, text_column: str, label_column: str) -> tuple:
+    """(texts, label ids) from a CSV with a header; labels by name, or by index when the file uses integers."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV with columns "
+                         f"{text_column},{label_column}")
+    if not rows or text_column not in rows[0] or label_column not in rows[0]:
+        raise BenchError(f"{path} needs a header with columns {text_column} and {label_column} and at least one row")
+    index = {name: i for i, name in enumerate(labels)}
+    raw = [r[label_column] for r in rows]
+    if all(v in index for v in raw):
+        ids = [index[v] for v in raw]
+    elif all(v.strip().isdigit() and int(v) < len(labels) for v in raw):
+        ids = [int(v) for v in raw]
+    else:
+        unknown = sorted({v for v in raw if v not in index})
+        raise BenchError(f"{path} has labels the model does not know ({', '.join(unknown[:5])}); the model's labels: "
+                         f"{', '.join(labels)}; give the test split of the data the model was trained on")
+    return [r[text_column] for r in rows], ids
+
+
+def bench(model: Path, meta: dict, args) -> dict:
+    started = time.perf_counter()
+    runner = (OnnxRunner if meta["format"] == "onnx" else TFLiteRunner)(model, meta, args.threads)
+    tokenizer = Tokenizer(model.parent / meta["tokenizer"], meta)
+    load_s = time.perf_counter() - started
+    rss_after_load = memory_mb("VmRSS")
+    seq_len = min(args.seq_len, meta["max_length"])
+    ids, mask = tokenizer.encode(["the " * seq_len], max_length=seq_len)  # real ids, exactly seq_len when it fits
+    t = time.perf_counter()
+    out = runner.logits(ids, mask)
+    first_ms = (time.perf_counter() - t) * 1e3
+    if out.shape[-1] != len(meta["labels"]):
+        raise BenchError(f"the model returns {out.shape[-1]} scores but model.json lists {len(meta['labels'])} labels: "
+                         f"the sidecar does not match the model; copy the model.json exported with this file")
+    single = timed(lambda: runner.logits(ids, mask), args.runs, args.warmup)
+    big_ids, big_mask = np.repeat(ids, args.batch, 0), np.repeat(mask, args.batch, 0)
+    batch_runs = max(3, args.runs // 5)
+    batched = timed(lambda: runner.logits(big_ids, big_mask), batch_runs, 1)
+    result = {
+        "model": model.name, "format": meta["format"], "size_mb": round(weights_bytes(model) / 1e6, 3),
+        "load_s": round(load_s, 3), "first_inference_ms": round(first_ms, 3), "rss_after_load_mb": rss_after_load,
+        "latency_ms": percentiles(single), "seq_len": int(ids.shape[1]), "runs": args.runs, "warmup": args.warmup,
+        "throughput": {"batch_1": round(1e3 * len(single) / sum(single), 2),
+                       f"batch_{args.batch}": round(1e3 * args.batch * len(batched) / sum(batched), 2)},
+        "batch": args.batch, "batch_mode": "one call" if meta["format"] == "onnx" else "one call per row (static batch 1)",
+    }
+    if args.data:
+        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column)
+        predictions, sentence_ms = [], []
+        for text in texts:  # one sentence at a time, tokenization included: the path a device app takes
+            t = time.perf_counter()
+            predictions.append(int(runner.logits(*tokenizer.encode([text])).argmax(-1)[0]))
+            sentence_ms.append((time.perf_counter() - t) * 1e3)
+        result.update(accuracy=round(sum(p == g for p, g in zip(predictions, gold)) / len(gold), 4),
+                      examples=len(gold), sentence_latency_ms=percentiles(sentence_ms), predictions=predictions)
+    result.update(peak_rss_mb=memory_mb("VmHWM"), runtime=runner.runtime, runtime_version=runner.version,
+                  tokenizers_version=package_version("tokenizers"), numpy_version=np.__version__,
+                  python=platform.python_version(), machine=platform.machine(), cpu=cpu_name(),
+                  cpu_count=os.cpu_count(), threads=args.threads, system=platform.system(),
+                  emulated=bool(args.emulated), complete=True)
+    return result
+
+
+def weights_bytes(model: Path) -> int:
+    return sum(p.stat().st_size for p in [model] + sorted(model.parent.glob(model.name + ".data")))
+
+
+def write_result(path: Path, result: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, path)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m device_bench", description=__doc__.split("\n")[0])
+    p.add_argument("model", help="an .onnx or .tflite file with model.json and its tokenizer beside it")
+    p.add_argument("--meta", help="the model.json (default: beside the model)")
+    p.add_argument("--data", help="a labelled CSV: accuracy, tokenized here")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--out", default="result.json", help="where the result JSON goes (default result.json)")
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--batch", type=int, default=8, help="the N of the batch-N throughput")
+    p.add_argument("--threads", type=int, default=1, help="0: the runtime's default")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per input for latency (capped at max_length)")
+    p.add_argument("--emulated", action="store_true", help="mark latency as measured under emulation")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.runs < 1 or args.warmup < 0 or args.batch < 1 or args.threads < 0 or args.seq_len < 2:
+        print("device_bench: error: --runs and --batch must be >= 1, --warmup and --threads >= 0, --seq-len >= 2",
+              file=sys.stderr)
+        return 2
+    try:
+        model = Path(args.model)
+        meta = read_sidecar(model, Path(args.meta) if args.meta else None)
+        result = bench(model, meta, args)
+        write_result(Path(args.out), result)
+    except BenchError as e:
+        print(f"device_bench: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: result[k] for k in ("latency_ms", "peak_rss_mb", "runtime", "machine")}))
+    return 0

@@ -1,0 +1,132 @@
+"""device_bench, the on-device runner: results on real tiny ONNX and TFLite exports, predictions equal to
+edgekit's own runtime, no torch or edgekit imported, and one-line errors for bad input with no result left."""
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgekit import data, runtime
+from edgekit.artifact import Artifact
+from edgekit.pipeline import Context
+from edgekit.stages import export
+
+RUNNER = Path(__file__).resolve().parent.parent / "device_bench"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from edgekit import testing
+
+    tmp = tmp_path_factory.mktemp("db")
+    model_dir = testing.make_model_dir(tmp / "tiny")
+    reviews = testing.make_csv(tmp / "reviews.csv", n=120)
+    ctx = Context(data.load(str(reviews)), Artifact(model_dir, "hf"), 0, 32, False)
+    onnx = export.run(Artifact(model_dir, "hf"), tmp / "onnx", ctx, check_sentences=8).path
+    tflite = export.run(Artifact(model_dir, "hf"), tmp / "tfl", ctx, format="tflite", buckets=[16, 32],
+                        check_sentences=8).path
+    labelled = tmp / "test.csv"  # the model's own label names (LABEL_0/LABEL_1) for the tiny config
+    names = json.loads((Path(onnx).parent / "model.json").read_text())["labels"]
+    with open(labelled, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        w.writerows((t, names[y]) for t, y in ctx.splits.test + ctx.splits.validation)
+    return {"onnx": Path(onnx), "tflite": Path(tflite), "data": labelled, "tmp": tmp}
+
+
+def run_runner(args, cwd=None, python=sys.executable, extra=""):
+    """The runner from a copy of its folder alone; asserts it imported neither torch nor edgekit."""
+    code = (f"import sys; {extra}from device_bench import runner; rc = runner.main({args!r}); "
+            "bad = [m for m in ('torch', 'edgekit', 'transformers') if m in sys.modules]; "
+            "assert not bad, f'runner imported {bad}'; sys.exit(rc)")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def alone(tmp_path):
+    shutil.copytree(RUNNER / "device_bench", tmp_path / "device_bench")
+    return tmp_path
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "tflite"])
+def test_runner_measures_and_predicts_like_edgekit(exported, alone, fmt):
+    out = alone / "result.json"
+    done = run_runner([str(exported[fmt]), "--data", str(exported["data"]), "--out", str(out), "--runs", "7",
+                       "--warmup", "2", "--batch", "4"], cwd=alone)
+    assert done.returncode == 0, done.stderr
+    r = json.loads(out.read_text())
+    assert r["complete"] is True and r["format"] == fmt and r["runs"] == 7
+    assert r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"]
+    assert set(r["throughput"]) == {"batch_1", "batch_4"} and all(v > 0 for v in r["throughput"].values())
+    assert r["size_mb"] == pytest.approx(exported[fmt].stat().st_size / 1e6, abs=1e-3)
+    assert r["peak_rss_mb"] >= r["rss_after_load_mb"] > 0 and r["load_s"] > 0
+    assert r["runtime"] == {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}[fmt] and r["runtime_version"] != "?"
+    assert r["machine"] and r["cpu"] and r["threads"] == 1 and r["emulated"] is False
+    with open(exported["data"]) as f:
+        rows = list(csv.DictReader(f))
+    model = runtime.load(exported[fmt])
+    expected = [model.labels.index(label) for label in model([row["text"] for row in rows])["labels"]]
+    assert r["predictions"] == expected  # tokenized on the device the same way edgekit tokenizes
+    gold = [model.labels.index(row["label"]) for row in rows]
+    assert r["accuracy"] == round(sum(p == g for p, g in zip(expected, gold)) / len(gold), 4)
+    assert r["examples"] == len(rows)
+
+
+def sidecar_copy(src: Path, into: Path, change) -> Path:
+    into.mkdir()
+    for p in src.parent.iterdir():
+        shutil.copy(p, into / p.name)
+    meta = json.loads((into / "model.json").read_text())
+    change(meta)
+    (into / "model.json").write_text(json.dumps(meta))
+    return into / src.name
+
+
+@pytest.mark.parametrize("fmt, change, message", [
+    ("onnx", lambda m: m.update(format="tflite"), "is a onnx file but model.json says tflite: the sidecar does not match"),
+    ("tflite", lambda m: m.update(format="onnx"), "is a tflite file but model.json says onnx"),
+    ("onnx", lambda m: m["inputs"][0].update(name="ids"), "lists inputs ['ids', 'attention_mask'] but model.onnx takes"),
+    ("tflite", lambda m: m.update(signatures={"16": "seq16", "32": "seq99"}), "names signatures"),
+    ("onnx", lambda m: m.update(labels=["a", "b", "c"]), "returns 2 scores but model.json lists 3 labels"),
+    ("onnx", lambda m: m.update(tokenizer="vocab.json"), "names tokenizer 'vocab.json', which is not beside"),
+    ("onnx", lambda m: m.pop("pad_id"), "lacks pad_id"),
+    ("onnx", lambda m: m.update(quantization={"mode": "static"}, target="arm64", anything="new"), None),
+])
+def test_sidecar_that_does_not_match_is_one_line(exported, alone, tmp_path, fmt, change, message):
+    model = sidecar_copy(exported[fmt], tmp_path / "m", change)
+    out = alone / "result.json"
+    done = run_runner([str(model), "--out", str(out), "--runs", "2", "--warmup", "0"], cwd=alone)
+    if message is None:  # unknown keys are ignored
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 1
+    lines = [l for l in done.stderr.splitlines() if l.startswith("device_bench: error:")]
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert not out.exists()
+
+
+def test_unknown_labels_and_missing_runtime(exported, alone, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\ngood film,pos\nbad film,neg\n")
+    out = alone / "result.json"
+    done = run_runner([str(exported["onnx"]), "--data", str(bad), "--out", str(out), "--runs", "2"], cwd=alone)
+    assert done.returncode == 1 and "has labels the model does not know (neg, pos); the model's labels: LABEL_0" \
+        in done.stderr and not out.exists()
+    done = run_runner([str(exported["onnx"]), "--out", str(out)], cwd=alone, extra="sys.modules['onnxruntime'] = None; ")
+    assert done.returncode == 1 and "onnxruntime is not installed for" in done.stderr and "venv: true" in done.stderr
+    assert not out.exists()
+    done = run_runner([str(exported["tflite"]), "--out", str(out)], cwd=alone,
+                      extra="sys.modules['ai_edge_litert'] = sys.modules['tflite_runtime'] = None; ")
+    assert done.returncode == 1 and "ai-edge-litert is not installed" in done.stderr
+
+
+def test_runner_command_line(exported, alone):
+    done = subprocess.run([sys.executable, "-m", "device_bench", str(exported["onnx"]), "--runs", "0"],
+                          capture_output=True, text=True, cwd=alone)
+    assert done.returncode == 2 and "--runs and --batch must be >= 1" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "device_bench", str(alone / "nothing.onnx")], capture_output=True,
+                          text=True, cwd=alone)
+    assert done.returncode == 1 and "nothing.onnx" in done.stderr and len(done.stderr.strip().splitlines()) == 1
