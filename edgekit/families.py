@@ -198,3 +198,45 @@ def student_from_teacher(teacher, keep: list):
                 if hasattr(m, "layer_idx"):
                     m.layer_idx = j
     return student
+
+
+STUDENT_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads")
+
+
+def student_from_config(teacher, overrides: dict, keep: list) -> tuple:
+    """A smaller model of the teacher's family: the teacher's config with `overrides` (STUDENT_KEYS), each weight
+    initialised from the teacher where shapes allow: student layer j from teacher layer keep[j], a smaller matrix
+    from the leading rows and columns of the teacher's (weight selection), a weight with more dimensions than the
+    teacher's left at its random initialisation. Returns (student, fraction of weights taken from the teacher)."""
+    import copy
+
+    from transformers import AutoModelForSequenceClassification
+
+    unknown = [k for k in overrides if k not in STUDENT_KEYS]
+    if unknown:
+        raise EdgekitError(f"distill.student_config key '{unknown[0]}' is not supported; keys: {', '.join(STUDENT_KEYS)}")
+    depth = num_layers(teacher.config)
+    if [i for i in keep if not 0 <= i < depth] or not keep:
+        raise EdgekitError(f"student layers {keep} must be teacher layer indices 0..{depth - 1}")
+    config = copy.deepcopy(teacher.config)
+    for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
+        setattr(config, k, v)
+    if config.hidden_size % config.num_attention_heads:
+        raise EdgekitError(f"student hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
+                           f"{config.num_attention_heads}; choose sizes with a whole head width")
+    student = AutoModelForSequenceClassification.from_config(config)
+    fam = family(config)
+    prefix = fam["layers"] + "."
+    source = teacher.state_dict()
+    state, taken, count = student.state_dict(), 0, 0
+    for name, w in state.items():
+        tname = name
+        if name.startswith(prefix) and not fam.get("shared"):
+            index, rest = name[len(prefix):].split(".", 1)
+            tname = f"{prefix}{keep[int(index)]}.{rest}"
+        t = source.get(tname)
+        count += w.numel()
+        if t is not None and t.dim() == w.dim() and all(a <= b for a, b in zip(w.shape, t.shape)):
+            w.copy_(t[tuple(slice(0, n) for n in w.shape)])
+            taken += w.numel()
+    return student.eval(), taken / max(1, count)

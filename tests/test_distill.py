@@ -1,43 +1,218 @@
+import json
+
 import pytest
 import torch
 
-from edgekit import data, families
+from edgekit import augment, data, distill_losses, families, testing
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 from edgekit.pipeline import Context
 from edgekit.stages import distill
 
+NARROW = {"hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32, "num_hidden_layers": 2}
+
+
+class Stop(Exception):
+    pass
+
+
+def context(csv_file, model_dir):
+    return Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+
 
 def test_cached_teacher_outputs_equal_a_live_teacher(model_dir, csv_file):
     teacher = families.load_model(model_dir)
+    teacher.set_attn_implementation("eager")
     tok = families.load_tokenizer(model_dir)
     encoded = data.encode(tok, data.load(str(csv_file)).train[:40], 32)
-    logits, states = distill.teacher_outputs(teacher, encoded, 0, True, False)
+    cache = distill.teacher_outputs(teacher, encoded, 0, hidden=[0, 4], attention=[1], progress=False)
     batch = next(data.batches(encoded, 8, 0, shuffle=True, seed=5))
     with torch.no_grad():
-        live = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-    assert torch.allclose(torch.stack([logits[i] for i in batch["index"]]), live.logits, atol=1e-5)
+        live = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True,
+                       output_attentions=True)
+    cached = distill.gather(cache, batch["index"])
+    assert torch.allclose(cached["logits"], live.logits, atol=1e-5)
     real = batch["attention_mask"].bool()
-    cached = torch.cat([states[i] for i in batch["index"]]).float()
-    assert torch.allclose(cached, live.hidden_states[-1][real], atol=1e-2)  # fp16 storage
+    for k in (0, 4):  # fp16 storage
+        assert torch.allclose(cached["hidden"][k][real], live.hidden_states[k][real], atol=1e-2)
+    pairs = real[:, None, :, None] & real[:, None, None, :]
+    assert torch.allclose(cached["attention"][1][pairs.expand_as(live.attentions[1])],
+                          live.attentions[1][pairs.expand_as(live.attentions[1])], atol=1e-3)
 
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_distill_stage_makes_a_half_depth_student(model_dir, csv_file, tmp_path, cache):
-    splits = data.load(str(csv_file))
-    ctx = Context(splits, Artifact(model_dir, "hf"), 0, 32, False)
+    ctx = context(csv_file, model_dir)
     out = distill.run(Artifact(model_dir, "hf"), tmp_path, ctx, epochs=1, batch_size=16, cache_teacher=cache)
     student = families.load_model(out.path)
     assert student.config.num_hidden_layers == 2 and out.metrics["student_layers"] == [1, 3]
     assert out.metrics["params"] < sum(p.numel() for p in families.load_model(model_dir).parameters())
 
 
+def test_layer_maps():
+    assert distill_losses.layer_map("uniform", 3, 6) == [1, 3, 5]
+    assert distill_losses.layer_map("uniform", 4, 12) == [2, 5, 8, 11]
+    assert distill_losses.layer_map("last", 2, 6) == [4, 5]
+    assert distill_losses.layer_map([0, 5], 2, 6) == [0, 5]
+    for bad in ([0, 6], [1], "middle", [0, True]):
+        with pytest.raises(EdgekitError, match="layer_map"):
+            distill_losses.layer_map(bad, 2, 6)
+
+
+@pytest.mark.parametrize("term", ["kd", "ce", "cosine", "embedding", "attention", "hidden", "pkd"])
+def test_each_loss_term_trains_a_narrower_student(model_dir, csv_file, term):
+    """Each term alone gives a finite loss whose gradient reaches the student and, where widths differ, the
+    projection; all other weights are zero."""
+    teacher = families.load_model(model_dir)
+    student, _ = families.student_from_config(teacher, NARROW, [1, 3])
+    for m in (teacher, student):
+        m.set_attn_implementation("eager")
+    tok = families.load_tokenizer(model_dir)
+    encoded = data.encode(tok, data.load(str(csv_file)).train[:32], 32)
+    w = {k: 0.0 for k in ("kd", "ce", *distill.INTERMEDIATE)}
+    w[term] = 1.0
+    view = distill.TeacherView(teacher, encoded, 0, distill.needs(w, [1, 3], 4), True, 1024, False)
+    proj_emb = distill_losses.projection(16, 32, True, "embedding")
+    proj_hid = distill_losses.projection(16, 32, True, "hidden")
+    loss = distill.loss_fn(w, [1, 3], 4, 2.0, proj_emb, proj_hid, view)(student.train(), next(data.batches(encoded, 16, 0)))
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() > 0
+    assert student.get_input_embeddings().weight.grad.abs().sum() > 0 or term in ("kd", "ce")
+    if term in ("hidden", "pkd", "cosine"):
+        assert proj_hid.weight.grad.abs().sum() > 0
+    if term == "embedding":
+        assert proj_emb.weight.grad.abs().sum() > 0
+
+
+def test_a_narrow_student_is_initialised_from_the_teacher_where_shapes_allow(model_dir):
+    teacher = families.load_model(model_dir)
+    student, share = families.student_from_config(teacher, NARROW, [1, 3])
+    assert share == 1.0 and student.config.hidden_size == 16
+    t, s = teacher.state_dict(), student.state_dict()
+    assert torch.equal(s["bert.encoder.layer.1.attention.self.query.weight"],
+                       t["bert.encoder.layer.3.attention.self.query.weight"][:16, :16])
+    with pytest.raises(EdgekitError, match="not a multiple"):
+        families.student_from_config(teacher, {"hidden_size": 30}, [1, 3])
+
+
+def test_two_phases_with_projections_and_widths_that_differ(model_dir, csv_file, tmp_path):
+    ctx = context(csv_file, model_dir)
+    out = distill.run(Artifact(model_dir, "hf"), tmp_path, ctx, epochs=1, intermediate_epochs=1, batch_size=16,
+                      student_config=NARROW, embedding=1.0, attention=1.0, hidden=1.0, pkd=1.0)
+    assert out.metrics["intermediate_loss"] > 0 and out.metrics["layer_map"] == [1, 3]
+    assert families.load_model(out.path).config.hidden_size == 16
+    assert not (tmp_path / "intermediate").exists()
+
+
+def test_a_killed_two_phase_run_resumes_to_the_same_student(model_dir, csv_file, tmp_path, monkeypatch):
+    ctx = context(csv_file, model_dir)
+    settings = dict(epochs=1, intermediate_epochs=1, batch_size=16, hidden=1.0, checkpoint_every=3, augment=1)
+    straight = distill.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, **settings)
+    original = distill.loss_fn
+    for dies_at in (5, 17):  # in the intermediate phase, then in the prediction phase
+        calls = {"n": 0}
+
+        def dying(*args):
+            compute = original(*args)
+
+            def step(model, batch):
+                calls["n"] += 1
+                if calls["n"] == dies_at:
+                    raise Stop
+                return compute(model, batch)
+            return step
+
+        monkeypatch.setattr(distill, "loss_fn", dying)
+        with pytest.raises(Stop):
+            distill.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, **settings)
+    monkeypatch.setattr(distill, "loss_fn", original)
+    resumed = distill.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, **settings)
+    a, b = families.load_model(straight.path).state_dict(), families.load_model(resumed.path).state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    assert straight.metrics["train_loss"] == resumed.metrics["train_loss"]
+
+
+def test_init_from_chains_a_later_run_from_an_earlier_checkpoint(model_dir, csv_file, tmp_path):
+    ctx = context(csv_file, model_dir)
+    first = distill.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, epochs=1, batch_size=16)
+    chained = distill.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, epochs=0.01, lr=1e-9, batch_size=16,
+                          init_from=str(first.path))
+    a, b = families.load_model(first.path).state_dict(), families.load_model(chained.path).state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4  # started from the first run's weights
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p, m: m, "from another architecture"),  # the 4-layer teacher is not a 2-layer student
+    (lambda p, m: (p / "bad.safetensors").write_bytes(b"garbage") and p / "bad.safetensors", "unreadable"),
+    (lambda p, m: p, "has no model.safetensors"),
+])
+def test_bad_init_from_is_one_line_and_writes_nothing(model_dir, csv_file, tmp_path, make, message):
+    ctx = context(csv_file, model_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(EdgekitError, match=message) as e:
+        distill.run(Artifact(model_dir, "hf"), out, ctx, epochs=1, init_from=str(make(tmp_path, model_dir)))
+    assert "\n" not in str(e.value) and list(out.iterdir()) == []
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"layers": [0, 9]}, "teacher layer indices 0..3"),
-    ({"layers": "half"}, "give every_other or a list"),
+    ({"layers": "half"}, "give every_other, all, or a list"),
     ({"temperature": 0}, "temperature > 0"),
+    ({"layer_map": [0, 4]}, "layer_map .* does not fit"),
+    ({"student_config": NARROW, "hidden": 1.0, "projection": False}, "projection is false"),
+    ({"intermediate_epochs": 1, "cosine": 0.0}, "needs an intermediate loss"),
+    ({"student_config": {"vocab_size": 10}}, "student_config key 'vocab_size'"),
 ])
 def test_bad_distill_settings(model_dir, csv_file, tmp_path, settings, message):
-    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+    ctx = context(csv_file, model_dir)
     with pytest.raises(EdgekitError, match=message):
         distill.run(Artifact(model_dir, "hf"), tmp_path, ctx, epochs=1, **settings)
+    assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoint").exists()
+
+
+def test_a_pretrained_student_with_other_pieces_falls_back_to_logit_kd(model_dir, csv_file, tmp_path):
+    """Same pieces (another tiny BERT with the teacher's vocabulary): token-level losses on. A tokenizer whose
+    pieces differ (no whole words, letters only): logit KD, CE and PKD only."""
+    from transformers import BertTokenizer
+
+    ctx = context(csv_file, model_dir)
+    same = testing.make_model_dir(tmp_path / "same", layers=2, seed=1)
+    out = distill.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, student=str(same), layers="all", epochs=1,
+                      batch_size=16, hidden=1.0)
+    assert out.metrics["token_losses"] == "on" and out.metrics["student_layers"] == [0, 1]
+    other = testing.make_model_dir(tmp_path / "other", layers=2, seed=1)
+    vocab = {(t if t not in testing.WORDS or len(t) == 1 else f"[unused{i}]"): i
+             for t, i in testing.tiny_vocab().items()}  # whole words gone: they split into letters
+    BertTokenizer(vocab=vocab).save_pretrained(other)
+    out = distill.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, student=str(other), layers="all", epochs=1,
+                      batch_size=16, hidden=1.0, pkd=1.0)
+    assert out.metrics["token_losses"].startswith("off")
+
+
+def test_augmentation_replaces_words_with_embedding_neighbours_and_is_cached(model_dir, csv_file, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    tok = families.load_tokenizer(model_dir)
+    examples = data.load(str(csv_file)).train[:20]
+    extra, source = augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False)
+    assert source == "embedding" and 20 < len(extra) <= 60
+    originals = {t for t, _ in examples}
+    assert all(t not in originals for t, _ in extra)
+    assert {y for _, y in extra} == {y for _, y in examples}
+    monkeypatch.setattr(augment, "embedding_neighbours", lambda *a: pytest.fail("the cached set was not used"))
+    assert augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False) == (extra, source)
+
+
+def test_augmentation_uses_a_masked_lm_head_when_the_folder_has_one(csv_file, tmp_path, monkeypatch):
+    from transformers import BertForMaskedLM, BertTokenizer
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    BertForMaskedLM(testing.tiny_config("bert")).save_pretrained(tmp_path / "mlm")
+    BertTokenizer(vocab=testing.tiny_vocab()).save_pretrained(tmp_path / "mlm")
+    tok = families.load_tokenizer(tmp_path / "mlm")
+    extra, source = augment.augment(tmp_path / "mlm", tok, data.load(str(csv_file)).train[:10], 2, 0.5, 3, 0, False)
+    assert source == "mlm" and extra
+    cached = list((tmp_path / "cache" / "augment").glob("*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["source"] == "mlm"

@@ -1,75 +1,284 @@
-"""distill: teacher -> a shallower student initialised from the teacher's own layers (DistilBERT).
+"""distill: teacher -> a smaller student, with the losses of Hinton, DistilBERT, PKD and TinyBERT.
 
-loss = alpha * T^2 * KL(student_T || teacher_T) + (1 - alpha) * CE(student, labels)
-       + cosine * (1 - cos(student last hidden, teacher last hidden)) over real tokens
+Student (`student`):
+- teacher (default): the teacher's own layers listed in `layers` (every_other: 1, 3, 5, ...: DistilBERT's
+  initialisation). With `student_config` (hidden_size, num_hidden_layers, intermediate_size,
+  num_attention_heads) a smaller model of the teacher's family instead, initialised from the teacher's layers
+  `layers` where shapes allow (families.student_from_config).
+- another pretrained checkpoint (an asset name or a model folder, e.g. minilm-l6 under mpnet-base), cut to
+  `layers` of its own (all keeps every layer). It keeps its own tokenizer, and its new classifier head starts
+  at random. Token-level losses (cosine, embedding, attention, hidden MSE) need both tokenizations to give the
+  same word pieces at every position (special tokens matched by role: [CLS]/<s>, [SEP]/</s>); this is checked
+  on the training set. minilm-l6 and mpnet-base pass: the same uncased WordPiece vocabulary, MPNet's ids
+  shifted by 4. When they differ the stage falls back to logit-only KD + CE (plus PKD on the first token's
+  vector, which every tokenization has) and says so in its metrics (`token_losses`).
+
+Loss, every weight 0 switches its term off (losses in distill_losses; per-layer terms averaged over layers):
+  alpha * T^2 * KL(soft) + (1 - alpha) * CE + cosine * last-hidden cosine + embedding * embedding MSE
+  + attention * attention MSE + hidden * hidden MSE + pkd * PKD [CLS]
+Layers are paired by `layer_map`: uniform, last, or a list of teacher layers, one per student layer. Different
+widths get learned projections (`projection: false` makes a difference in width an error).
+
+Two phases, TinyBERT-style, when intermediate_epochs > 0: the intermediate-layer terms (embedding, attention,
+hidden, pkd, cosine) alone for intermediate_epochs, then prediction-layer distillation (soft KD + CE) for epochs.
+
+`augment: N` adds up to N augmented copies of each training sentence (edgekit.augment; cached, size reported).
+Teacher outputs are computed once: the logits always, the hidden states and attention maps the losses use too
+when their fp16 size fits in `cache_mb`; otherwise the teacher runs with each batch for those.
+`init_from`: weights of an earlier run (its checkpoint folder, model folder or a .safetensors file); they must fit
+the student exactly, and the student starts from them.
 """
+import shutil
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from edgekit import data, families, training
+from edgekit import data, distill_losses as losses, families, training
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
+INTERMEDIATE = ("cosine", "embedding", "attention", "hidden", "pkd")
+TOKEN_LEVEL = ("cosine", "embedding", "attention", "hidden")
 
-def run(artifact: Artifact, out_dir: Path, ctx, *, layers: list | str = "every_other", epochs: float = 2.0,
-        lr: float = 1e-4, batch_size: int = 32, temperature: float = 2.0, alpha: float = 0.5, cosine: float = 1.0,
-        warmup: float = 0.1, weight_decay: float = 0.01, checkpoint_every: int = 100,
-        cache_teacher: bool = True) -> Artifact:
-    if temperature <= 0 or not 0 <= alpha <= 1 or cosine < 0:
-        raise EdgekitError("distill needs temperature > 0, 0 <= alpha <= 1 and cosine >= 0")
+
+def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", layers: list | str = "every_other",
+        student_config: dict | None = None, init_from: str = "", layer_map: list | str = "uniform",
+        epochs: float = 2.0, intermediate_epochs: float = 0.0, lr: float = 1e-4, batch_size: int = 32,
+        temperature: float = 2.0, alpha: float = 0.5, cosine: float = 1.0, embedding: float = 0.0,
+        attention: float = 0.0, hidden: float = 0.0, pkd: float = 0.0, projection: bool = True, augment: int = 0,
+        augment_p: float = 0.3, augment_k: int = 15, warmup: float = 0.1, weight_decay: float = 0.01,
+        checkpoint_every: int = 100, cache_teacher: bool = True, cache_mb: int = 1024) -> Artifact:
+    weights = {"kd": alpha, "ce": 1 - alpha, "cosine": cosine, "embedding": embedding, "attention": attention,
+               "hidden": hidden, "pkd": pkd}
+    check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k)
     teacher = families.load_model(artifact.path)
-    tokenizer = families.load_tokenizer(artifact.path)
-    depth = families.num_layers(teacher.config)
-    keep = list(range(1, depth, 2)) if layers == "every_other" else layers
-    if isinstance(keep, str) or not all(isinstance(i, int) for i in keep):
-        raise EdgekitError(f"distill.layers is {layers!r}; give every_other or a list of teacher layer indices")
-    student = families.student_from_teacher(teacher, keep)
+    t_tok = families.load_tokenizer(artifact.path)
+    model, s_tok, keep, init_share = build_student(teacher, t_tok, student, layers, student_config)
+    t_depth, s_depth = families.num_layers(teacher.config), families.num_layers(model.config)
+    pairs = losses.layer_map(layer_map, s_depth, t_depth)
+    if init_from:
+        state = training.read_weights(init_from)
+        training.load_weights(model, {k: v for k, v in state.items() if not k.startswith("extra.")}, init_from)
+    examples, notes = list(ctx.splits.train), {}
+    if augment:
+        from edgekit import augment as augmenting
+
+        extra, notes["augment_source"] = augmenting.augment(artifact.path, t_tok, examples, augment, augment_p,
+                                                            augment_k, ctx.seed, ctx.progress)
+        examples += extra
+        notes["augmented_examples"] = len(extra)
+    s_enc = data.encode(s_tok, examples, ctx.max_length)
+    t_enc = s_enc if s_tok is t_tok else data.encode(t_tok, examples, ctx.max_length)
+    notes["token_losses"] = "on"
+    if s_tok is not t_tok and not tokens_align(s_tok, t_tok, s_enc, t_enc):
+        notes["token_losses"] = "off: the tokenizations differ; logit KD, CE and PKD only"
+        weights.update({k: 0.0 for k in TOKEN_LEVEL})
+    widths = (model.config.hidden_size, teacher.config.hidden_size)
+    proj_emb = losses.projection(*widths, projection, "distill.embedding") if weights["embedding"] else None
+    proj_hid = losses.projection(*widths, projection, "distill.hidden/pkd/cosine") \
+        if any(weights[k] for k in ("hidden", "pkd", "cosine")) else None
+    if weights["attention"]:
+        for m in (teacher, model):
+            m.set_attn_implementation("eager")  # attention maps are returned by the eager path only
     for p in teacher.parameters():
         p.requires_grad_(False)
-    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
-    cached = teacher_outputs(teacher, encoded, tokenizer.pad_token_id, cosine > 0, ctx.progress) if cache_teacher else None
+    need = needs(weights, pairs, t_depth)
+    view = TeacherView(teacher, t_enc, t_tok.pad_token_id, need, cache_teacher, cache_mb, ctx.progress)
+    projections = [p.weight for p in (proj_emb, proj_hid) if p is not None]
+    settings = dict(lr=lr, batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
+                    checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=s_tok.pad_token_id, progress=ctx.progress)
+    phase_losses = {}
+    if intermediate_epochs > 0:
+        first = {k: (v if k in INTERMEDIATE else 0.0) for k, v in weights.items()}
+        phase_losses["intermediate_loss"] = training.train(
+            model, s_enc, loss_fn(first, pairs, t_depth, temperature, proj_emb, proj_hid, view),
+            out_dir=out_dir / "intermediate", epochs=intermediate_epochs, desc="distill (intermediate layers)",
+            extra_params=projections, **settings)
+        weights = {k: (v if k in ("kd", "ce") else 0.0) for k, v in weights.items()}
+        projections = []
+    loss = training.train(model, s_enc, loss_fn(weights, pairs, t_depth, temperature, proj_emb, proj_hid, view),
+                          out_dir=out_dir, epochs=epochs, desc="distill", extra_params=projections, **settings)
+    rank, _ = training.distributed()
+    if rank == 0:
+        families.save_model(model, s_tok, out_dir / "model")
+        shutil.rmtree(out_dir / "intermediate", ignore_errors=True)
+    metrics = {"params": sum(p.numel() for p in model.parameters()), "train_loss": round(loss, 4),
+               "student_layers": keep, "layer_map": pairs, "teacher_cache_mb": round(view.cached_mb, 1), **notes,
+               **{k: round(v, 4) for k, v in phase_losses.items()}}
+    if init_share is not None:
+        metrics["init_from_teacher"] = round(init_share, 3)
+    return Artifact(out_dir / "model", "hf", metrics)
 
-    def loss_fn(model, batch):
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+def check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k) -> None:
+    if temperature <= 0 or not 0 <= alpha <= 1 or min(weights.values()) < 0:
+        raise EdgekitError("distill needs temperature > 0, 0 <= alpha <= 1 and cosine, embedding, attention, hidden, "
+                           "pkd >= 0")
+    if epochs <= 0 or intermediate_epochs < 0:
+        raise EdgekitError(f"distill.epochs={epochs}, intermediate_epochs={intermediate_epochs}: epochs must be > 0 "
+                           f"and intermediate_epochs >= 0")
+    if intermediate_epochs > 0 and not any(weights[k] for k in INTERMEDIATE):
+        raise EdgekitError("distill.intermediate_epochs > 0 needs an intermediate loss: set one of "
+                           f"{', '.join(INTERMEDIATE)} > 0")
+    if augment < 0 or not 0 < augment_p <= 1 or augment_k < 1:
+        raise EdgekitError(f"distill.augment={augment}, augment_p={augment_p}, augment_k={augment_k}: copies >= 0, "
+                           f"a replacement probability in (0, 1], at least 1 candidate")
+
+
+def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple:
+    """(student model, its tokenizer, the source layers kept, share of weights from the teacher or None)."""
+    if student == "teacher":
+        source, tok = teacher, t_tok
+    else:
+        if student_config:
+            raise EdgekitError("distill.student_config shapes a student made from the teacher; with "
+                               f"student: {student} drop student_config (the checkpoint has its own config)")
+        from edgekit.pipeline import resolve_model
+
+        path = resolve_model(student).path
+        source = families.load_model(path, labels=families.label_names(teacher.config))
+        tok = families.load_tokenizer(path)
+    depth = families.num_layers(source.config)
+    keep = {"every_other": list(range(1, depth, 2)), "all": list(range(depth))}.get(layers, layers) \
+        if isinstance(layers, str) else layers
+    if isinstance(keep, str) or not all(isinstance(i, int) and not isinstance(i, bool) for i in keep):
+        raise EdgekitError(f"distill.layers is {layers!r}; give every_other, all, or a list of layer indices")
+    if student_config:
+        if "num_hidden_layers" in student_config and student_config["num_hidden_layers"] != len(keep):
+            if layers != "every_other":
+                raise EdgekitError(f"distill.student_config.num_hidden_layers={student_config['num_hidden_layers']} "
+                                   f"but distill.layers lists {len(keep)} layers; make them agree")
+            keep = losses.layer_map("uniform", student_config["num_hidden_layers"], depth)
+        model, share = families.student_from_config(teacher, student_config, keep)
+        return model, tok, keep, share
+    if keep == list(range(depth)) and source is not teacher:
+        return source, tok, keep, None
+    return families.student_from_teacher(source, keep), tok, keep, None
+
+
+def tokens_align(s_tok, t_tok, s_enc: list, t_enc: list) -> bool:
+    """True when both tokenizations give the same pieces at every position (special tokens by role)."""
+    def pieces(tok, ids):
+        role = {tok.cls_token_id: "[CLS]", tok.sep_token_id: "[SEP]", tok.unk_token_id: "[UNK]",
+                tok.pad_token_id: "[PAD]"}
+        return [role.get(i) or t for i, t in zip(ids, tok.convert_ids_to_tokens(ids))]
+
+    return all(pieces(s_tok, a) == pieces(t_tok, b) for (a, _), (b, _) in zip(s_enc, t_enc))
+
+
+def needs(weights: dict, pairs: list, t_depth: int) -> dict:
+    """Which teacher hidden states (0 = embeddings, i + 1 = after layer i) and attention maps the losses read."""
+    hidden = set()
+    if weights["embedding"]:
+        hidden.add(0)
+    if weights["hidden"] or weights["pkd"]:
+        hidden |= {g + 1 for g in pairs}
+    if weights["cosine"]:
+        hidden.add(t_depth)
+    return {"hidden": sorted(hidden), "attention": sorted(set(pairs)) if weights["attention"] else []}
+
+
+def loss_fn(w: dict, pairs: list, t_depth: int, temperature: float, proj_emb, proj_hid, view):
+    def compute(model, batch):
         real = batch["attention_mask"].bool()
-        if cached:  # epochs do not re-run the teacher
-            t_logits = torch.stack([cached[0][i] for i in batch["index"]])
-            t_hidden = torch.cat([cached[1][i] for i in batch["index"]]).float() if cosine > 0 else None
-        else:
-            with torch.no_grad():
-                t = teacher(**inputs, output_hidden_states=cosine > 0)
-            t_logits, t_hidden = t.logits, t.hidden_states[-1][real] if cosine > 0 else None
-        s = model(**inputs, output_hidden_states=cosine > 0)
-        loss = alpha * training.soft_label_kd(s.logits, t_logits, temperature) + (1 - alpha) * F.cross_entropy(s.logits, batch["labels"])
-        if cosine > 0:
-            cos = F.cosine_similarity(s.hidden_states[-1][real], t_hidden, dim=-1)
-            loss = loss + cosine * (1 - cos).mean()
+        inter = any(w[k] for k in INTERMEDIATE)
+        s = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=inter,
+                  output_attentions=bool(w["attention"]))
+        t = view.batch(batch["index"], inter, s.logits.device)
+        loss = s.logits.new_zeros(())
+        if w["kd"]:
+            loss = loss + w["kd"] * training.soft_label_kd(s.logits, t["logits"], temperature)
+        if w["ce"]:
+            loss = loss + w["ce"] * F.cross_entropy(s.logits, batch["labels"])
+        if w["embedding"]:
+            loss = loss + w["embedding"] * losses.hidden_mse(s.hidden_states[0], t["hidden"][0], real, proj_emb)
+        if w["hidden"]:
+            loss = loss + w["hidden"] * _mean([losses.hidden_mse(s.hidden_states[j + 1], t["hidden"][g + 1], real,
+                                                                 proj_hid) for j, g in enumerate(pairs)])
+        if w["attention"]:
+            loss = loss + w["attention"] * _mean([losses.attention_mse(s.attentions[j], t["attention"][g], real)
+                                                  for j, g in enumerate(pairs)])
+        if w["pkd"]:
+            loss = loss + w["pkd"] * _mean([losses.pkd_cls(s.hidden_states[j + 1][:, 0], t["hidden"][g + 1][:, 0],
+                                                           proj_hid) for j, g in enumerate(pairs)])
+        if w["cosine"]:
+            loss = loss + w["cosine"] * losses.hidden_cosine(s.hidden_states[-1], t["hidden"][t_depth], real, proj_hid)
         return loss
 
-    loss = training.train(student, encoded, loss_fn, out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size,
-                          warmup=warmup, weight_decay=weight_decay, checkpoint_every=checkpoint_every, seed=ctx.seed,
-                          pad_id=tokenizer.pad_token_id, desc="distill", progress=ctx.progress)
-    families.save_model(student, tokenizer, out_dir / "model")
-    return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in student.parameters()),
-                                              "train_loss": round(loss, 4), "student_layers": keep})
+    return compute
 
 
-def teacher_outputs(teacher, encoded: list, pad_id: int, hidden: bool, progress: bool):
-    """Teacher logits (and last hidden states of real tokens, in fp16) for every training example, once."""
+def _mean(terms: list):
+    return sum(terms) / len(terms)
+
+
+class TeacherView:
+    """The teacher's outputs for a batch of training examples (by index): from the cache when it holds them, else
+    from a teacher forward pass on the teacher's own tokenization of those examples."""
+
+    def __init__(self, teacher, encoded: list, pad_id: int, need: dict, cache: bool, cache_mb: int, progress: bool):
+        self.teacher, self.encoded, self.pad_id, self.need = teacher, encoded, pad_id, need
+        lengths = [len(ids) for ids, _ in encoded]
+        width, heads = teacher.config.hidden_size, teacher.config.num_attention_heads
+        inter_mb = (sum(lengths) * width * len(need["hidden"])
+                    + sum(n * n for n in lengths) * heads * len(need["attention"])) * 2 / 1e6
+        keep_inter = cache and inter_mb <= cache_mb
+        self.cache = teacher_outputs(teacher, encoded, pad_id, need["hidden"] if keep_inter else (),
+                                     need["attention"] if keep_inter else (), progress) if cache else None
+        self.cached_mb = (inter_mb if keep_inter else 0.0) + (len(encoded) * teacher.config.num_labels * 4 / 1e6
+                                                               if cache else 0.0)
+        self.inter_cached = keep_inter
+
+    def batch(self, index: list, intermediate: bool, device) -> dict:
+        if self.cache and (self.inter_cached or not intermediate):
+            out = gather(self.cache, index)
+        else:
+            rows = next(data.batches([self.encoded[i] for i in index], len(index), self.pad_id))
+            with torch.no_grad():
+                t = self.teacher(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"],
+                                 output_hidden_states=bool(self.need["hidden"]),
+                                 output_attentions=bool(self.need["attention"]))
+            out = {"logits": t.logits, "hidden": {k: t.hidden_states[k] for k in self.need["hidden"]},
+                   "attention": {g: t.attentions[g] for g in self.need["attention"]}}
+        return {"logits": out["logits"].to(device),
+                "hidden": {k: v.to(device) for k, v in out["hidden"].items()},
+                "attention": {k: v.to(device) for k, v in out["attention"].items()}}
+
+
+def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=(), progress: bool = True) -> dict:
+    """Teacher outputs for every training example, once: logits, and in fp16 the hidden states `hidden`
+    (0 = embeddings, i + 1 = after layer i) and attention maps of layers `attention`, each cut to the example's
+    real tokens: {"lengths", "logits": [tensor], "hidden": {k: [[len, width]]}, "attention": {g: [[heads, len, len]]}}"""
     from tqdm import tqdm
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))  # similar lengths: little padding
-    logits, states = [None] * len(encoded), [None] * len(encoded)
+    out = {"lengths": [len(ids) for ids, _ in encoded], "logits": [None] * len(encoded), "hidden": {k: [None] * len(encoded) for k in hidden},
+           "attention": {g: [None] * len(encoded) for g in attention}}
     sorted_set = [encoded[i] for i in order]
     with torch.no_grad(), tqdm(total=len(encoded), desc="teacher outputs", unit="ex", disable=not progress) as bar:
         for batch in data.batches(sorted_set, 128, pad_id):
-            out = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=hidden)
+            t = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        output_hidden_states=bool(hidden), output_attentions=bool(attention))
             for row, j in enumerate(batch["index"]):
-                i = order[j]
-                logits[i] = out.logits[row]
-                if hidden:
-                    states[i] = out.hidden_states[-1][row, :len(encoded[i][0])].half()
+                i, n = order[j], len(encoded[order[j]][0])
+                out["logits"][i] = t.logits[row].clone()
+                for k in hidden:
+                    out["hidden"][k][i] = t.hidden_states[k][row, :n].half()
+                for g in attention:
+                    out["attention"][g][i] = t.attentions[g][row, :, :n, :n].half()
             bar.update(len(batch["index"]))
-    return logits, states
+    return out
+
+
+def gather(cache: dict, index: list) -> dict:
+    """Cached outputs of the examples `index`, zero-padded to the longest of them."""
+    width = max(cache["lengths"][i] for i in index)
+
+    def padded(x):  # [len, width] or [heads, len, len] -> padded to `width` tokens, float
+        n = x.shape[-2]
+        return F.pad(x.float(), (0, width - n, 0, width - n) if x.dim() == 3 else (0, 0, 0, width - n))
+
+    return {"logits": torch.stack([cache["logits"][i] for i in index]),
+            "hidden": {k: torch.stack([padded(v[i]) for i in index]) for k, v in cache["hidden"].items()},
+            "attention": {g: torch.stack([padded(v[i]) for i in index]) for g, v in cache["attention"].items()}}

@@ -1,0 +1,107 @@
+"""Distillation targets (issue #3) on real assets: the teacher fine-tuned on rt-polarity, students distilled from
+it, each FP32 student's accuracy on the rt-polarity test split next to its teacher's (accuracy_retained), and
+out of domain on vader-amazon when that dataset asset is known to edgekit.
+
+    python bench/distill_targets.py --teacher mpnet-base --variants six four
+    python bench/distill_targets.py --teacher minilm-l6 --variants three
+
+Variants (distill settings over the distilbert-int8 recipe's):
+  six    DistilBERT: every other teacher layer (6 of mpnet-base's 12), soft KD + CE + hidden cosine
+  three  the same on minilm-l6 (3 of 6 layers): the distilbert-int8 student
+  four   a 4-layer, 384-wide student: minilm-l6's layers 0, 2, 3, 5 (pretrained, same WordPiece pieces as
+         mpnet-base), soft KD + CE + cosine through a learned 384 -> 768 projection
+The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
+bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from edgekit import data, pipeline, recipe as recipes, runtime
+from edgekit.stages import evaluate
+
+VARIANTS = {
+    "six": {"layers": "every_other"},
+    "three": {"layers": "every_other"},
+    "four": {"student": "minilm-l6", "layers": [0, 2, 3, 5]},
+}
+
+
+def recipe_for(teacher: str, variant: str, finetune_lr: float, epochs: float) -> dict:
+    base = recipes.load("distilbert-int8")
+    base.update(teacher=teacher, stages=["finetune", "distill", "evaluate"], budgets={})
+    base["finetune"] = {**base["finetune"], "lr": finetune_lr}
+    base["distill"] = {**base["distill"], "epochs": epochs, **VARIANTS[variant]}
+    base["evaluate"] = {"split": "test"}
+    for k in ("export", "quantize", "bench"):
+        base.pop(k, None)
+    return recipes.validate(base)
+
+
+def out_of_domain(model_dir: Path, teacher_dir: Path, labels: list) -> dict:
+    """Accuracy on vader-amazon (positive mean rating = the positive class of rt-polarity), if the asset exists."""
+    from edgekit import assets
+
+    if "vader-amazon" not in assets.ASSETS:
+        return {"vader_amazon": "not measured: no vader-amazon asset in edgekit.assets"}
+    splits = data.load("vader-amazon")
+    rows = splits.train + splits.validation + splits.test
+    positive = labels.index("fresh") if "fresh" in labels else 1
+    examples = [(t, positive if splits.labels[y] == "positive" else 1 - positive) for t, y in rows]
+    student = evaluate.accuracy(runtime.load(model_dir), examples, 64, False, "ood")
+    teacher = evaluate.accuracy(runtime.load(teacher_dir), examples, 64, False, "ood teacher")
+    return {"vader_amazon_accuracy": student, "vader_amazon_teacher_accuracy": teacher,
+            "vader_amazon_retained": round(student / teacher, 4), "vader_amazon_examples": len(examples)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--teacher", default="mpnet-base")
+    ap.add_argument("--variants", nargs="+", default=["six", "four"], choices=list(VARIANTS))
+    ap.add_argument("--finetune-lr", type=float, default=5e-5)
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--runs", default="artifacts/distill-targets")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out = Path(args.out or f"bench/results/distill-targets-{args.teacher}.json")
+    root = Path(args.runs) / args.teacher
+    rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []
+    for variant in args.variants:
+        started = time.time()
+        recipe = recipe_for(args.teacher, variant, args.finetune_lr, args.epochs)
+        manifest = pipeline.run(recipe, root / variant, progress=True, shared=root / "shared")
+        stages = {s["name"]: s for s in manifest["stages"]}
+        final = stages["evaluate"]["metrics"]
+        run_dir = (root / variant).resolve()
+        student_dir = run_dir / stages["distill"]["output"]["path"]
+        teacher_dir = run_dir / stages["finetune"]["output"]["path"]
+        row = {"teacher": args.teacher, "variant": variant, "distill": recipe["distill"],
+               "student_params": stages["distill"]["metrics"]["params"],
+               "teacher_params": stages["finetune"]["metrics"]["params"],
+               "accuracy": final["accuracy"], "teacher_accuracy": final["teacher_accuracy"],
+               "accuracy_retained": final["accuracy_retained"], "test_examples": final["eval_examples"],
+               "finetune_minutes": round(stages["finetune"]["seconds"] / 60, 1),
+               "distill_minutes": round(stages["distill"]["seconds"] / 60, 1),
+               "wall_minutes": round((time.time() - started) / 60, 1),
+               **out_of_domain(student_dir, teacher_dir, manifest["data"]["labels"])}
+        rows = [r for r in rows if r["variant"] != variant] + [row]
+        write(out, {"run": str(root), "rows": rows})
+        print(json.dumps(row), file=sys.stderr)
+
+
+def write(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    lines = ["| teacher | student | params | accuracy | teacher | retained | vader-amazon retained | distill min |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['teacher']} | {r['variant']} | {r['student_params'] / 1e6:.1f}M | {r['accuracy']:.4f} | "
+                     f"{r['teacher_accuracy']:.4f} | {r['accuracy_retained']:.3f} | "
+                     f"{r.get('vader_amazon_retained', 'n/a')} | {r['distill_minutes']} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Data augmentation for distillation (TinyBERT): N copies of each training sentence with some words replaced.
+
+A replacement comes from a masked-LM's top-k candidates for the masked word when the model folder has an MLM
+head, otherwise from the k nearest neighbours (cosine) of the word's token in the model's own input embedding
+matrix. Only words that are one whole-word token are replaced (TinyBERT takes GloVe neighbours for the others;
+we leave them as they are). A copy keeps its sentence's label for the hard-label loss; the teacher's soft labels
+are what makes it useful. Copies equal to their sentence are dropped. The set is cached under the asset cache,
+keyed by the model's weights, the sentences and the settings, so a second run (or a resume) does not redo it.
+"""
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+
+import torch
+
+from edgekit import assets
+
+
+def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k: int, seed: int,
+            progress: bool = True) -> tuple:
+    """(augmented [(text, label)] without the originals, how replacements were found: mlm or embedding)."""
+    weights = Path(model_dir) / "model.safetensors"
+    key = hashlib.sha256(json.dumps([assets.sha256_file(weights), examples, copies, p, k, seed]).encode()).hexdigest()
+    cache = assets.cache_dir() / "augment" / f"{key[:32]}.json"
+    if cache.is_file():
+        saved = json.loads(cache.read_text())
+        return [tuple(x) for x in saved["examples"]], saved["source"]
+    mlm = masked_lm(model_dir)
+    rng = random.Random(seed)
+    words = [_words(tokenizer, text) for text, _ in examples]
+    neighbours = {} if mlm else embedding_neighbours(model_dir, tokenizer, {w for ws in words for w, _ in ws}, k)
+    from tqdm import tqdm
+
+    out = []
+    for (text, label), ws in tqdm(list(zip(examples, words)), desc="augment", unit="sent", disable=not progress):
+        seen = {text}
+        for _ in range(copies):
+            chosen = [(w, span) for w, span in ws if rng.random() < p and (mlm or neighbours.get(w))]
+            if mlm and chosen:
+                options = mlm_candidates(mlm, tokenizer, text, [span for _, span in chosen], k)
+            else:
+                options = [neighbours[w] for w, _ in chosen]
+            new = text
+            for (_, (a, b)), opts in sorted(zip(chosen, options), key=lambda x: -x[0][1][0]):  # right to left
+                if opts:
+                    new = new[:a] + rng.choice(opts) + new[b:]
+            if new not in seen:
+                seen.add(new)
+                out.append((new, label))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"source": "mlm" if mlm else "embedding", "examples": out}))
+    os.replace(tmp, cache)
+    return out, "mlm" if mlm else "embedding"
+
+
+def _words(tokenizer, text: str) -> list:
+    """[(token, (start, end))] for the words of `text` that are one whole-word token."""
+    words = []
+    for word, span in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text):
+        pieces = tokenizer.tokenize(word)
+        if len(pieces) == 1 and pieces[0].isalpha():
+            words.append((pieces[0], span))
+    return words
+
+
+def _whole_words(tokenizer) -> list:
+    vocab = tokenizer.get_vocab()
+    return sorted((i, t) for t, i in vocab.items() if t.isalpha() and i not in tokenizer.all_special_ids)
+
+
+def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int) -> dict:
+    """word token -> its k nearest whole-word tokens in the model's input embedding matrix (cosine)."""
+    from edgekit import families
+
+    model = families.load_model(model_dir)
+    table = torch.nn.functional.normalize(model.get_input_embeddings().weight.detach().float(), dim=-1)
+    vocab = tokenizer.get_vocab()
+    pool = _whole_words(tokenizer)
+    pool_ids = torch.tensor([i for i, _ in pool])
+    asked = sorted(w for w in words if w in vocab)
+    found = {}
+    for s in range(0, len(asked), 512):
+        chunk = asked[s:s + 512]
+        sims = table[torch.tensor([vocab[w] for w in chunk])] @ table[pool_ids].T
+        top = sims.topk(min(k + 1, len(pool)), dim=-1).indices
+        for w, row in zip(chunk, top.tolist()):
+            found[w] = [pool[j][1] for j in row if pool[j][1] != w][:k]
+    return found
+
+
+def masked_lm(model_dir: Path):
+    """The folder's masked-LM (with its trained head), or None when the folder has no MLM head."""
+    from transformers import AutoModelForMaskedLM
+
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(model_dir, output_loading_info=True)
+    except (OSError, ValueError, KeyError):
+        return None
+    head = [k for k in info["missing_keys"] if "embeddings" not in k and "encoder" not in k]
+    return None if head else model.eval()
+
+
+def mlm_candidates(model, tokenizer, text: str, spans: list, k: int) -> list:
+    """For each word span, the MLM's top-k whole-word tokens at that word masked (one masked copy per word)."""
+    rows = [text[:a] + tokenizer.mask_token + text[b:] for a, b in spans]
+    enc = tokenizer(rows, return_tensors="pt", padding=True, truncation=True, max_length=128)
+    allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
+    allowed[[i for i, _ in _whole_words(tokenizer)]] = True
+    with torch.no_grad():
+        logits = model(**enc).logits
+    out = []
+    for row, ids in enumerate(enc["input_ids"]):
+        where = (ids == tokenizer.mask_token_id).nonzero()
+        if not len(where):
+            out.append([])
+            continue
+        scores = logits[row, where[0, 0], :len(allowed)].masked_fill(~allowed[:logits.shape[-1]], float("-inf"))
+        original = text[spans[row][0]:spans[row][1]].lower()
+        out.append([t for t in tokenizer.convert_ids_to_tokens(scores.topk(k + 1).indices.tolist()) if t != original][:k])
+    return out
