@@ -90,7 +90,14 @@ def build_parser():
     sw.add_argument("--quiet", action="store_true")
     sw.add_argument("overrides", nargs="+", metavar="key=v1,v2")
     sw.set_defaults(func=cmd_sweep)
-    for s in (c, r, a, g, rp, cp, sw):
+    b = sub.add_parser("bench", help="run a finished run's model on a device target; merge the result; exit 3 if over")
+    b.add_argument("run", help="a finished run folder")
+    b.add_argument("--target", default="local", help="a target name: local, qemu-arm64, or one from --targets/recipe")
+    b.add_argument("--targets", metavar="FILE", help="a YAML file of targets (kind: local|ssh|adb|qemu-arm64)")
+    b.add_argument("--model", help="an output name of the final stage (arm64-tflite) or a model file (default: the final model)")
+    b.add_argument("--quiet", action="store_true")
+    b.set_defaults(func=cmd_bench)
+    for s in (c, r, a, g, rp, cp, sw, b):
         s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -142,6 +149,15 @@ def cmd_gate(args) -> int:
     print("\n".join(gate.lines(rows)))
     gate.write_reports(rows, str(args.path), args.junit)
     return 0 if all(r["ok"] for r in rows) else OVER_BUDGET
+
+
+def cmd_bench(args) -> int:
+    from edgekit import devices, gate
+
+    entry = devices.bench(args.run, args.target, args.targets, args.model, progress=not args.quiet)
+    print(devices.summary(args.target, entry))
+    gate.write_reports(entry["budgets"], f"{args.run} on {args.target}")
+    return 0 if all(r["ok"] for r in entry["budgets"]) else OVER_BUDGET
 
 
 def cmd_report(args) -> int:

@@ -1,0 +1,542 @@
+"""edgekit bench RUN --target NAME: run a finished run's model on a device with device_bench, merge the result
+into the run's manifest under `devices.NAME`, and check the target's budgets (exit 3 when over, as `gate`).
+
+Targets are YAML, under `devices:` in the recipe or in a file given with --targets:
+
+    devices:
+      here: {kind: local}
+      pi4: {kind: ssh, host: 192.168.1.20, user: pi, key: ~/.ssh/id_ed25519, venv: true,
+            budgets: {latency_ms_p90: "<= 40", accuracy_retained: ">= 0.97"}}
+      phone: {kind: adb, serial: R58M123ABC}
+      arm64: {kind: qemu-arm64}
+
+`local` and `qemu-arm64` work without a file. The harness copies device_bench (no edgekit, no torch), the model,
+its model.json and tokenizer and the run's test split as a CSV, runs it and fetches the result JSON. Every
+command is an argv list; what runs in a remote shell (ssh, adb shell) is built with shlex.quote from our own
+values. A failed run is recorded as {"complete": false, "error": ...} and never as a result.
+"""
+import csv
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from edgekit import gate, pipeline, recipe as recipes
+from edgekit.artifact import write_json
+from edgekit.errors import EdgekitError, UsageError
+
+KINDS = ("local", "ssh", "adb", "qemu-arm64")
+COMMON = {"kind": str, "budgets": dict, "model": str, "threads": int, "runs": int, "warmup": int, "batch": int,
+          "seq_len": int, "sentences": int, "timeout_s": int}
+FIELDS = {
+    "local": {"python": str},
+    "ssh": {"host": str, "user": str, "port": int, "key": str, "python": str, "venv": bool, "workdir": str,
+            "connect_timeout": int, "known_hosts": str, "pip_args": list},
+    "adb": {"serial": str, "python": str, "workdir": str, "benchmark_model": str, "adb": str},
+    "qemu-arm64": {"release": str, "mirror": str},
+}
+REQUIRED = {"ssh": ("host",), "adb": ("serial",)}
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # hosts, users, serials: never an option, never shell syntax
+RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
+
+
+def runner_source() -> Path:
+    """The device_bench package folder: beside edgekit in a checkout (`pip install -e .`), or installed on its own
+    (`pip install ./device_bench`)."""
+    here = Path(__file__).resolve().parent.parent / "device_bench" / "device_bench"
+    if (here / "runner.py").is_file():
+        return here
+    try:
+        import device_bench
+
+        return Path(device_bench.__file__).parent
+    except ImportError:
+        raise EdgekitError("device_bench is not found beside edgekit nor installed; pip install ./device_bench "
+                           "from the edgekit source tree")
+
+
+# ---------------------------------------------------------------- targets
+
+def load_targets(recipe: dict, targets_file=None) -> dict:
+    """name -> target spec, from the recipe's `devices` and the --targets file (which wins), validated. (The recipe's
+    `targets` is the list of CPU families export and quantize build for: edgekit.targets.)"""
+    found = dict((recipe or {}).get("devices") or {})
+    if targets_file:
+        path = Path(targets_file)
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as e:
+            raise UsageError(f"cannot read targets file {path} ({e.strerror}); give a YAML file of targets")
+        except yaml.YAMLError as e:
+            raise UsageError(f"targets file {path} is not valid YAML ({str(e).splitlines()[0]})")
+        for key in ("devices", "targets"):
+            if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
+                loaded = loaded[key]
+        if not isinstance(loaded, dict):
+            raise UsageError(f"targets file {path} must map target names to settings (kind: local|ssh|adb|qemu-arm64), "
+                             f"at the top or under devices:")
+        found.update(loaded)
+    errors = []
+    for name, spec in found.items():
+        errors += check_target(str(name), spec)
+    if errors:
+        raise UsageError("; ".join(errors))
+    return found
+
+
+def check_target(name: str, spec) -> list:
+    if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
+        return [f"target {name}: kind must be one of {', '.join(KINDS)}"]
+    allowed = {**COMMON, **FIELDS[spec["kind"]]}
+    errors = [f"target {name}: unknown key '{k}'; accepted for {spec['kind']}: {', '.join(allowed)}"
+              for k in spec if k not in allowed]
+    for key, want in allowed.items():
+        value = spec.get(key)
+        if key in spec and not (isinstance(value, want) and not (want is int and isinstance(value, bool))):
+            errors.append(f"target {name}: {key} must be {want.__name__}, got {value!r}")
+    errors += [f"target {name}: missing key '{k}' (needed for {spec['kind']})"
+               for k in REQUIRED.get(spec["kind"], ()) if k not in spec]
+    for key in ("host", "user", "serial"):
+        if isinstance(spec.get(key), str) and not NAME.match(spec[key]):
+            errors.append(f"target {name}: {key} {spec[key]!r} may hold only letters, digits, '.', '_' and '-'")
+    for metric, bound in (spec.get("budgets") or {}).items():
+        if metric not in recipes.METRICS:
+            errors.append(f"target {name}: budget on unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
+        elif recipes.parse_bound(bound) is None:
+            errors.append(f"target {name}: budget {metric}: {bound!r} must be an operator and a number, e.g. '<= 40'")
+    return errors
+
+
+def resolve_target(name: str, targets: dict) -> dict:
+    if name in targets:
+        return dict(targets[name])
+    if name in ("local", "qemu-arm64"):
+        return {"kind": name}
+    raise UsageError(f"unknown target '{name}'; targets: {', '.join(sorted(set(targets) | {'local', 'qemu-arm64'}))}"
+                     f" (describe more under `devices:` in a --targets file or the recipe)")
+
+
+# ---------------------------------------------------------------- the job: what travels to the device
+
+def model_file(run: Path, manifest: dict, choice: str = None) -> Path:
+    """The file to bench: `choice` is an output name of the final stage (arm64-tflite), a path in the run, or none
+    (the run's final model)."""
+    outputs = manifest["final"].get("outputs") or {}
+    path = Path(outputs[choice]["path"] if choice in outputs else choice or manifest["final"]["path"])
+    path = path if path.is_absolute() else run / path
+    if path.is_dir():
+        path = next((path / n for n in ("model.tflite", "model.onnx") if (path / n).is_file()), path)
+    if path.suffix not in (".onnx", ".tflite") or not path.is_file():
+        raise EdgekitError(f"{path} is not an .onnx or .tflite file; bench runs exported models: give --model "
+                           f"(a file in the run) or add export to the recipe")
+    if not (path.parent / "model.json").is_file():
+        raise EdgekitError(f"{path} has no model.json beside it; re-export it with edgekit")
+    return path
+
+
+def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int = 0) -> dict:
+    """Copy runner, model, sidecar, tokenizer and the test split (label ids) into `into`."""
+    shutil.copytree(runner_source(), into / "device_bench", ignore=shutil.ignore_patterns("__pycache__"))
+    meta = json.loads((model.parent / "model.json").read_text())
+    (into / "model").mkdir()
+    for p in [model, model.parent / "model.json", model.parent / str(meta.get("tokenizer", ""))] + \
+            sorted(model.parent.glob(model.name + ".data")):
+        if p.is_file():
+            shutil.copy(p, into / "model" / p.name)
+    _, ctx = pipeline.context_of(run, progress=False)
+    test = ctx.splits.test[:sentences] if sentences else ctx.splits.test
+    with open(into / "test.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows((text, label) for text, label in test)
+    return {"model": f"model/{model.name}", "format": meta.get("format"), "examples": len(test)}
+
+
+def runner_args(spec: dict, root: str, emulated: bool = False) -> list:
+    """Arguments after `python -m device_bench`, with paths under `root` (the job folder on the device)."""
+    args = [f"{root}/{spec['_model']}", "--data", f"{root}/test.csv", "--out", f"{root}/result.json",
+            "--runs", str(spec.get("runs", 50)), "--warmup", str(spec.get("warmup", 10)),
+            "--batch", str(spec.get("batch", 8)), "--threads", str(spec.get("threads", 1)),
+            "--seq-len", str(spec.get("seq_len", 128))]
+    return args + (["--emulated"] if emulated else [])
+
+
+def runner_failure(name: str, done) -> str:
+    lines = [l for l in (done.stderr or "").strip().splitlines() if l.strip()]
+    last = next((l for l in reversed(lines) if "device_bench: error:" in l), lines[-1] if lines else "no output")
+    return f"target {name}: {last.split('device_bench: error: ')[-1].strip()[:300]}"
+
+
+def call(argv: list, name: str, what: str, timeout: int, **kw):
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout, **kw)
+    except FileNotFoundError:
+        raise EdgekitError(f"target {name}: {argv[0]} is not installed here; install it to {what}")
+    except subprocess.TimeoutExpired:
+        raise EdgekitError(f"target {name}: {what} took longer than {timeout} s; raise timeout_s in the target or "
+                           f"lower runs/sentences")
+
+
+# ---------------------------------------------------------------- local
+
+def run_local(name: str, spec: dict, job: Path) -> dict:
+    python = spec.get("python") or sys.executable
+    done = call([python, "-m", "device_bench", *runner_args(spec, str(job))], name, "run the benchmark",
+                spec.get("timeout_s", 1800), cwd=job, text=True, env={**os.environ, "PYTHONPATH": str(job)})
+    if done.returncode != 0:
+        raise EdgekitError(runner_failure(name, done))
+    return read_result(name, (job / "result.json").read_text() if (job / "result.json").is_file() else "")
+
+
+def read_result(name: str, text: str) -> dict:
+    try:
+        result = json.loads(text)
+    except ValueError:
+        raise EdgekitError(f"target {name}: the runner left no readable result.json; run again with -v to see why")
+    if not isinstance(result, dict) or result.get("complete") is not True or "latency_ms" not in result:
+        raise EdgekitError(f"target {name}: the runner's result is incomplete; nothing merged, run again")
+    return result
+
+
+# ---------------------------------------------------------------- ssh
+
+def ssh_base(spec: dict) -> list:
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+            "-o", f"ConnectTimeout={spec.get('connect_timeout', 10)}", "-p", str(spec.get("port", 22))]
+    if spec.get("known_hosts"):
+        argv += ["-o", f"UserKnownHostsFile={Path(spec['known_hosts']).expanduser()}"]
+    if spec.get("key"):
+        argv += ["-i", str(Path(spec["key"]).expanduser()), "-o", "IdentitiesOnly=yes"]
+    return argv + ["--", f"{spec['user']}@{spec['host']}" if spec.get("user") else spec["host"]]
+
+
+def ssh_command(spec: dict, words: list) -> list:
+    """ssh argv running `words` on the target; ssh hands a string to the remote shell, so each word is quoted."""
+    return ssh_base(spec) + [shlex.join(words) if isinstance(words, list) else words]
+
+
+def ssh_failure(name: str, spec: dict, stderr: str) -> str:
+    where = f"{spec.get('user') + '@' if spec.get('user') else ''}{spec['host']}:{spec.get('port', 22)}"
+    text = stderr.strip().splitlines()[-1] if stderr.strip() else "no message"
+    if "Permission denied" in stderr:
+        key = spec.get("key", "your default key")
+        return (f"target {name}: {where} refused the key {key} ({text[:120]}); add {key}.pub to ~/.ssh/authorized_keys "
+                f"there (ssh-copy-id -i {key} {where.rsplit(':', 1)[0]}) or set key: in the target")
+    if "Host key verification failed" in stderr or "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
+        return (f"target {name}: the host key of {where} does not match known_hosts; if the device was re-installed, "
+                f"remove its old key (ssh-keygen -R {spec['host']})")
+    return (f"target {name}: cannot reach {where} ({text[:160]}); check host, port and that sshd runs there and the "
+            f"network lets you in")
+
+
+def run_ssh(name: str, spec: dict, job: Path) -> dict:
+    workdir = spec.get("workdir", f"/tmp/edgekit-bench-{name}")
+    timeout = spec.get("timeout_s", 1800)
+    python = spec.get("python", "python3")
+    check = call(ssh_command(spec, [python, "-c", "import platform; print(platform.machine())"]), name,
+                 "connect", spec.get("connect_timeout", 10) + 30, text=True)
+    if check.returncode == 255:
+        raise EdgekitError(ssh_failure(name, spec, check.stderr))
+    if check.returncode != 0:
+        raise EdgekitError(f"target {name}: {python} does not run on {spec['host']} ({check.stderr.strip()[-120:]}); "
+                           f"install python3 there or set python: to its path in the target")
+    send = call(ssh_command(spec, f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)} && "
+                                  f"tar -C {shlex.quote(workdir)} -xf -"), name, "copy the job", timeout,
+                input=tar_bytes(job))
+    if send.returncode != 0:
+        raise EdgekitError(f"target {name}: copying to {spec['host']}:{workdir} failed "
+                           f"({send.stderr.decode(errors='replace').strip()[-160:]}); check free space and permissions")
+    if spec.get("venv"):
+        python = ssh_venv(name, spec, workdir, python, timeout)
+    command = (f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m device_bench "
+               + shlex.join(runner_args(spec, workdir)))
+    done = call(ssh_command(spec, command), name, "run the benchmark", timeout, text=True)
+    if done.returncode == 255:
+        raise EdgekitError(ssh_failure(name, spec, done.stderr))
+    if done.returncode != 0:
+        raise EdgekitError(runner_failure(name, done))
+    fetched = call(ssh_command(spec, ["cat", f"{workdir}/result.json"]), name, "fetch the result", timeout, text=True)
+    return read_result(name, fetched.stdout if fetched.returncode == 0 else "")
+
+
+def ssh_venv(name: str, spec: dict, workdir: str, python: str, timeout: int) -> str:
+    """A virtual environment in the job's parent folder, kept between runs: the runner's pinned packages."""
+    venv = f"{workdir}-venv"
+    reqs = f"{workdir}/device_bench/requirements-{'tflite' if spec['_format'] == 'tflite' else 'onnx'}.txt"
+    pip_args = [str(a) for a in spec.get("pip_args", [])]
+    command = (f"test -x {shlex.quote(venv)}/bin/python || {shlex.quote(python)} -m venv --without-pip "
+               f"{shlex.quote(venv)} && {shlex.quote(python)} -m pip --python {shlex.quote(venv + '/bin/python')} "
+               f"install -q --no-deps --no-compile --disable-pip-version-check -r {shlex.quote(reqs)} "
+               + shlex.join(pip_args))
+    done = call(ssh_command(spec, command), name, "create the virtual environment", timeout, text=True)
+    if done.returncode != 0:
+        raise EdgekitError(f"target {name}: creating the virtual environment {venv} failed "
+                           f"({done.stderr.strip().splitlines()[-1][:160] if done.stderr.strip() else 'no message'}); "
+                           f"the device needs python3-venv, pip and a package index (or pip_args: [--find-links, DIR])")
+    return f"{venv}/bin/python"
+
+
+def tar_bytes(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".")
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- adb
+
+def adb_base(spec: dict) -> list:
+    return [spec.get("adb", "adb"), "-s", spec["serial"]]
+
+
+def adb_benchmark_argv(spec: dict, remote_model: str, meta: dict) -> list:
+    """adb argv running TFLite's benchmark_model on the model: the bucket that holds seq_len, token ids in range."""
+    buckets = sorted(meta.get("buckets") or [meta["max_length"]])
+    bucket = next((b for b in buckets if b >= spec.get("seq_len", 128)), buckets[-1])
+    names = [i["name"] for i in meta["inputs"]]
+    words = [spec.get("benchmark_model", "/data/local/tmp/benchmark_model"), f"--graph={remote_model}",
+             f"--num_threads={spec.get('threads', 1)}", f"--num_runs={spec.get('runs', 50)}",
+             f"--warmup_runs={spec.get('warmup', 10)}",
+             f"--input_layer_value_range={names[0]},{max(1, meta['pad_id'] + 1)},100:{names[1]},1,1"]
+    if meta.get("signatures"):
+        words.append(f"--signature_to_run_for_invoke={meta['signatures'][str(bucket)]}")
+    return adb_base(spec) + ["shell", shlex.join(words)]
+
+
+def parse_benchmark_model(text: str) -> dict:
+    """TFLite benchmark_model's log -> latency (ms; p90 is its p95, an upper bound: the tool prints p5/median/p95),
+    load time and peak memory. Raises when the log has no timed run."""
+    runs = [dict(re.findall(r"(\w+)=([\d.e+]+)", line)) for line in text.splitlines() if "count=" in line and "avg=" in line]
+    summary = re.search(r"Inference timings in us: Init: ([\d.e+]+), First inference: ([\d.e+]+), "
+                        r"Warmup \(avg\): ([\d.e+]+), Inference \(avg\): ([\d.e+]+)", text)
+    if not runs or not summary:
+        raise ValueError("no 'Inference timings in us' line")
+    timed = {k: float(v) / 1e3 for k, v in runs[-1].items() if k != "count"}
+    peak = re.search(r"Overall peak memory footprint \(MB\) via periodic monitoring: ([\d.]+)", text) \
+        or re.search(r"Peak memory footprint \(MB\): init=[\d.]+ overall=([\d.]+)", text) \
+        or re.search(r"Memory footprint delta from the start of the tool \(MB\): init=[\d.]+ overall=([\d.]+)", text)
+    size = re.search(r"The input model file size \(MB\): ([\d.]+)", text)
+    p50 = timed.get("median", float(summary.group(4)) / 1e3)
+    return {"latency_ms": {"p50": round(p50, 3), "p90": round(timed.get("p95", timed.get("max", p50)), 3),
+                           "p99": round(timed.get("max", p50), 3)},
+            "latency_note": "benchmark_model prints p5/median/p95: p90 here is its p95, p99 its max",
+            "mean_ms": round(float(summary.group(4)) / 1e3, 3), "load_s": round(float(summary.group(1)) / 1e6, 4),
+            "first_inference_ms": round(float(summary.group(2)) / 1e3, 3), "runs": int(float(runs[-1]["count"])),
+            "peak_rss_mb": float(peak.group(1)) if peak else None,
+            "size_mb": float(size.group(1)) if size else None,
+            "throughput": {"batch_1": round(1e3 / (float(summary.group(4)) / 1e3), 2)},
+            "runtime": "tflite benchmark_model", "complete": True}
+
+
+def run_adb(name: str, spec: dict, job: Path) -> dict:
+    workdir = spec.get("workdir", "/data/local/tmp/edgekit-bench")
+    timeout = spec.get("timeout_s", 1800)
+    state = call(adb_base(spec) + ["get-state"], name, "talk to the device", 30, text=True)
+    if state.returncode != 0 or state.stdout.strip() != "device":
+        raise EdgekitError(f"target {name}: no device {spec['serial']} ({(state.stderr or state.stdout).strip()[:120]}); "
+                           f"connect it, allow USB debugging and check `adb devices`")
+    python = spec.get("python", "python3")
+    has_python = call(adb_base(spec) + ["shell", shlex.join(["command", "-v", python])], name, "look for Python",
+                      30, text=True).stdout.strip()
+    call(adb_base(spec) + ["shell", shlex.join(["mkdir", "-p", workdir])], name, "make the work folder", 30)
+    if has_python:
+        pushed = call(adb_base(spec) + ["push", f"{job}/.", workdir], name, "push the job", timeout, text=True)
+        if pushed.returncode != 0:
+            raise EdgekitError(f"target {name}: adb push failed ({pushed.stderr.strip()[-120:]}); check free space")
+        command = f"cd {shlex.quote(workdir)} && {shlex.quote(python)} -m device_bench " + \
+            shlex.join(runner_args(spec, workdir))
+        done = call(adb_base(spec) + ["shell", command], name, "run the benchmark", timeout, text=True)
+        if done.returncode != 0:
+            raise EdgekitError(runner_failure(name, done))
+        fetched = call(adb_base(spec) + ["exec-out", shlex.join(["cat", f"{workdir}/result.json"])], name,
+                       "fetch the result", timeout, text=True)
+        return read_result(name, fetched.stdout)
+    if spec["_format"] != "tflite":
+        raise EdgekitError(f"target {name}: no {python} on {spec['serial']}, and benchmark_model runs only .tflite "
+                           f"files; give --model a .tflite file, or install Python there (Termux) with the runner's "
+                           f"packages")
+    meta = json.loads((job / "model" / "model.json").read_text())
+    remote_model = f"{workdir}/{Path(spec['_model']).name}"
+    call(adb_base(spec) + ["push", str(job / spec["_model"]), remote_model], name, "push the model", timeout)
+    done = call(adb_benchmark_argv(spec, remote_model, meta), name, "run benchmark_model", timeout, text=True)
+    if done.returncode != 0 and "not found" in (done.stdout + done.stderr):
+        raise EdgekitError(f"target {name}: {spec.get('benchmark_model', '/data/local/tmp/benchmark_model')} is not on "
+                           f"the device; push TFLite's benchmark_model binary there (docs/device_bench.md says how)")
+    try:
+        result = parse_benchmark_model(done.stdout + done.stderr)
+    except ValueError:
+        raise EdgekitError(f"target {name}: benchmark_model gave no timings "
+                           f"({(done.stderr or done.stdout).strip()[-160:]}); run it by hand with the same flags")
+    return {**result, "format": "tflite", "model": Path(spec["_model"]).name,
+            "note": "benchmark_model: random token ids, no tokenization, no accuracy"}
+
+
+# ---------------------------------------------------------------- qemu-arm64
+
+WHEEL_PLATFORMS = ("manylinux_2_28_aarch64", "manylinux_2_27_aarch64", "manylinux_2_17_aarch64",
+                   "manylinux2014_aarch64", "any")
+QEMU = "/usr/bin/qemu-aarch64-static"
+
+
+def qemu_root(spec: dict, progress: bool = True) -> Path:
+    """A Debian arm64 root with python3 and the runner's aarch64 wheels, built once into the cache (through a temp
+    folder and a rename). debootstrap's first stage (--foreign) fetches the packages; they are unpacked with the
+    host's dpkg-deb, since without binfmt_misc the arm64 second stage cannot run its maintainer scripts."""
+    from edgekit import assets
+
+    release, mirror = spec.get("release", "bookworm"), spec.get("mirror", "http://deb.debian.org/debian")
+    reqs = sorted({l.strip() for f in ("onnx", "tflite") for l in
+                   (runner_source() / f"requirements-{f}.txt").read_text().splitlines()
+                   if l.strip() and not l.startswith("#")})
+    import hashlib
+
+    key = hashlib.sha256(json.dumps([release, mirror, reqs]).encode()).hexdigest()[:12]
+    root = assets.cache_dir() / "qemu-arm64" / f"{release}-{key}"
+    if (root / ".ready").is_file():
+        return root
+    for tool, package in (("debootstrap", "debootstrap"), ("dpkg-deb", "dpkg"), (QEMU, "qemu-user-static")):
+        if not shutil.which(tool):
+            raise EdgekitError(f"target qemu-arm64 needs {tool}; apt-get install -y {package}")
+    tmp = root.with_name(root.name + f".{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    from tqdm import tqdm
+
+    steps = tqdm(total=4, desc="qemu-arm64 root", disable=not progress)
+    try:
+        run_step(["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase", "--include=python3", release,
+                  str(tmp), mirror], "debootstrap (needs the Debian mirror)")
+        steps.update()
+        for deb in sorted((tmp / "var/cache/apt/archives").glob("*.deb")):
+            run_step(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}")
+            deb.unlink()
+        shutil.copy(QEMU, tmp / "usr/bin")
+        steps.update()
+        wheels = tmp / "opt" / "wheels"
+        argv = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels),
+                "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
+        for p in WHEEL_PLATFORMS:
+            argv += ["--platform", p]
+        run_step(argv + reqs, "pip download of the aarch64 wheels (needs the package index)")
+        steps.update()
+        import zipfile
+
+        for wheel in sorted(wheels.glob("*.whl")):
+            with zipfile.ZipFile(wheel) as z:
+                z.extractall(tmp / "opt" / "site")
+        shutil.rmtree(wheels)
+        steps.update()
+        (tmp / ".ready").write_text(json.dumps({"release": release, "packages": reqs, "built": time.time()}))
+        os.replace(tmp, root)
+    finally:
+        steps.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def run_step(argv: list, what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or "no message").splitlines()[-1]
+        raise EdgekitError(f"target qemu-arm64: {what} failed ({last[:200]}); the root was not kept, run again")
+
+
+def qemu_argv(root: Path, job: str, spec: dict) -> list:
+    """chroot + qemu called explicitly (binfmt_misc is not needed): the arm64 python3 runs the runner."""
+    return ["chroot", str(root), QEMU, "/usr/bin/python3", "-m", "device_bench",
+            *runner_args(spec, job, emulated=True)]
+
+
+def run_qemu(name: str, spec: dict, job: Path, progress: bool = True) -> dict:
+    if os.geteuid() != 0:
+        raise EdgekitError(f"target {name}: qemu-arm64 runs the runner in a chroot, which needs root; run as root "
+                           f"(or in a container where you are root)")
+    root = qemu_root(spec, progress)
+    inside = Path("/opt/jobs") / f"{name}-{os.getpid()}"
+    shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
+    shutil.copytree(job, root / inside.relative_to("/"))
+    try:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"/opt/site:{inside}", "PYTHONDONTWRITEBYTECODE": "1",
+               "LANG": "C.UTF-8"}
+        done = call(qemu_argv(root, str(inside), spec), name, "run the benchmark under qemu",
+                    spec.get("timeout_s", 3600), text=True, env=env)
+        if done.returncode != 0:
+            raise EdgekitError(runner_failure(name, done))
+        out = root / inside.relative_to("/") / "result.json"
+        return read_result(name, out.read_text() if out.is_file() else "")
+    finally:
+        shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)
+
+
+# ---------------------------------------------------------------- bench: run, merge, check
+
+def metrics_of(result: dict, manifest: dict) -> dict:
+    metrics = {k: result.get(k) for k in RUNNER_METRICS}
+    metrics.update({f"latency_ms_{q}": result["latency_ms"].get(q) for q in ("p50", "p90", "p99")})
+    teacher = manifest["final"]["metrics"].get("teacher_accuracy")
+    if result.get("accuracy") is not None and teacher:
+        metrics["accuracy_retained"] = round(result["accuracy"] / teacher, 4)
+    return {k: v for k, v in metrics.items() if v is not None}
+
+
+def bench(run, target: str, targets_file=None, model: str = None, progress: bool = True) -> dict:
+    """Run `target` on the run's model; merge the entry into manifest.json under devices.<target>; return it."""
+    manifest, run = gate.load_manifest(Path(run))
+    spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
+    path = model_file(run, manifest, model or spec.get("model"))
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
+        job = Path(tmp)
+        try:
+            staged = stage_job(run, manifest, path, job, spec.get("sentences", 0))
+            spec.update(_model=staged["model"], _format=staged["format"])
+            kind = spec["kind"]
+            result = {"local": run_local, "ssh": run_ssh, "adb": run_adb}[kind](target, spec, job) if kind != "qemu-arm64" \
+                else run_qemu(target, spec, job, progress)
+        except EdgekitError as e:
+            merge(run, target, {"kind": spec["kind"], "model": str(path.relative_to(run)) if path.is_relative_to(run)
+                                else str(path), "complete": False, "error": str(e), "at": time.time()})
+            raise
+    predictions = result.pop("predictions", None)
+    metrics = metrics_of(result, manifest)
+    entry = {"kind": spec["kind"], "model": str(path.relative_to(run)) if path.is_relative_to(run) else str(path),
+             "complete": True, "emulated": spec["kind"] == "qemu-arm64" or bool(result.get("emulated")),
+             "metrics": metrics, "result": result, "at": time.time(),
+             "budgets": pipeline.check_budgets(spec.get("budgets") or {}, metrics)}
+    if predictions is not None:
+        entry["predictions"] = predictions
+    merge(run, target, entry)
+    return entry
+
+
+def merge(run: Path, target: str, entry: dict) -> None:
+    """Write the entry under devices.<target>, holding the run's lock (a compress of the same run waits)."""
+    held = pipeline.lock(run)
+    try:
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest.setdefault("devices", {})[target] = entry
+        write_json(run / "manifest.json", manifest)
+    finally:
+        held.close()
+
+
+def summary(target: str, entry: dict) -> str:
+    m, r = entry["metrics"], entry["result"]
+    lat = r["latency_ms"]
+    head = (f"target {target} ({entry['kind']}{', emulated' if entry['emulated'] else ''}): {r.get('runtime')} "
+            f"{r.get('runtime_version', '')} on {r.get('machine', '?')} {r.get('cpu', '')}, {r.get('threads', '?')} "
+            f"thread(s)")
+    rows = [head, f"  size {m.get('size_mb')} MB, load {r.get('load_s')} s, latency p50/p90/p99 "
+                  f"{lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms at {r.get('seq_len', '?')} tokens, "
+                  f"peak RSS {m.get('peak_rss_mb')} MB, throughput {r.get('throughput')}",
+            f"  accuracy {m.get('accuracy')} on {r.get('examples', 0)} sentences (retained {m.get('accuracy_retained')})"]
+    return "\n".join(rows + gate.lines(entry["budgets"]))

@@ -1,0 +1,314 @@
+"""edgekit bench: targets YAML, the local target end to end, ssh against a real sshd started here on 127.0.0.1
+with a throwaway key, adb command construction and a recorded benchmark_model log (no Android device here), and
+qemu-arm64 (slow) running ONNX and TFLite INT8 artifacts on arm64 builds of the runtimes."""
+import csv
+import getpass
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgekit import cli, devices, pipeline, recipe, testing
+from edgekit.errors import EdgekitError, UsageError
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A finished tiny run (export to ONNX, evaluate): the final model, its accuracy and the teacher's."""
+    tmp = tmp_path_factory.mktemp("devices")
+    model_dir = testing.make_model_dir(tmp / "tiny")
+    reviews = testing.make_csv(tmp / "reviews.csv")
+    path = tmp / "tiny.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, reviews, stages=("export", "evaluate")))
+    pipeline.run(recipe.load(str(path)), tmp / "run", progress=False)
+    return tmp / "run"
+
+
+def targets_file(tmp_path, targets: dict) -> Path:
+    path = tmp_path / "targets.yaml"
+    path.write_text(yaml.safe_dump({"devices": targets}))
+    return path
+
+
+def manifest(run):
+    return json.loads((run / "manifest.json").read_text())
+
+
+def test_local_target_merges_result_and_checks_budgets(run, tmp_path, capsys):
+    budgets = {"size_mb": "<= 100", "accuracy_retained": ">= 0.5", "latency_ms_p90": "<= 60000"}
+    file = targets_file(tmp_path, {"here": {"kind": "local", "runs": 5, "warmup": 1, "budgets": budgets}})
+    assert cli.main(["bench", str(run), "--target", "here", "--targets", str(file), "--quiet"]) == 0
+    entry = manifest(run)["devices"]["here"]
+    final = manifest(run)["final"]["metrics"]
+    assert entry["complete"] is True and entry["kind"] == "local" and entry["emulated"] is False
+    assert entry["metrics"]["accuracy"] == pytest.approx(final["accuracy"], abs=1e-4)  # same split, same tokens
+    assert entry["metrics"]["accuracy_retained"] == pytest.approx(final["accuracy"] / final["teacher_accuracy"], abs=1e-3)
+    assert sorted(b["metric"] for b in entry["budgets"]) == sorted(budgets) and all(b["ok"] for b in entry["budgets"])
+    assert entry["result"]["examples"] == manifest(run)["data"]["sizes"]["test"]
+    assert len(entry["predictions"]) == entry["result"]["examples"]
+    assert "target here (local)" in capsys.readouterr().out
+    over = targets_file(tmp_path, {"here": {"kind": "local", "runs": 3, "budgets": {"peak_rss_mb": "<= 1"}}})
+    assert cli.main(["bench", str(run), "--target", "here", "--targets", str(over), "--quiet"]) == 3
+    rows = manifest(run)["devices"]["here"]["budgets"]
+    assert rows[0]["metric"] == "peak_rss_mb" and rows[0]["ok"] is False and rows[0]["actual"] > 1
+    assert "OVER" in capsys.readouterr().out
+
+
+def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(run / "01-export", bad)
+    meta = json.loads((bad / "model.json").read_text())
+    (bad / "model.json").write_text(json.dumps(dict(meta, labels=["a", "b", "c"])))
+    assert cli.main(["bench", str(run), "--target", "local", "--model", str(bad / "model.onnx"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "target local: the model returns 2 scores but model.json lists 3 labels" in err[0]
+    entry = manifest(run)["devices"]["local"]
+    assert entry["complete"] is False and "3 labels" in entry["error"] and "metrics" not in entry
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"kind": "phone"}, "kind must be one of local, ssh, adb, qemu-arm64"),
+    ({"kind": "ssh"}, "missing key 'host'"),
+    ({"kind": "ssh", "host": "-oProxyCommand=touch /tmp/x"}, "may hold only letters"),
+    ({"kind": "ssh", "host": "pi", "user": "pi; rm -rf /"}, "may hold only letters"),
+    ({"kind": "adb", "serial": "R58", "port": 5}, "unknown key 'port'; accepted for adb"),
+    ({"kind": "local", "runs": "many"}, "runs must be int"),
+    ({"kind": "local", "budgets": {"speed": "<= 3"}}, "budget on unknown metric 'speed'"),
+    ({"kind": "local", "budgets": {"size_mb": "small"}}, "must be an operator and a number"),
+])
+def test_targets_are_validated(tmp_path, spec, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        devices.load_targets({}, targets_file(tmp_path, {"t": spec}))
+
+
+def test_target_names_and_files(run, tmp_path, capsys):
+    assert cli.main(["bench", str(run), "--target", "pi9", "--quiet"]) == 2
+    assert "unknown target 'pi9'; targets: local, qemu-arm64" in capsys.readouterr().err
+    (tmp_path / "t.yaml").write_text("devices: [1, 2")
+    with pytest.raises(UsageError, match="is not valid YAML"):
+        devices.load_targets({}, tmp_path / "t.yaml")
+    with pytest.raises(UsageError, match="cannot read targets file"):
+        devices.load_targets({}, tmp_path / "none.yaml")
+    # the recipe's `devices` and a file's plain mapping both work; the recipe's `targets` list is not ours
+    found = devices.load_targets({"targets": ["x86"], "devices": {"a": {"kind": "local"}}},
+                                 targets_file(tmp_path, {"b": {"kind": "qemu-arm64"}}))
+    assert set(found) == {"a", "b"}
+    with pytest.raises(EdgekitError, match="not an .onnx or .tflite file"):
+        devices.model_file(run, manifest(run), str(run / "02-evaluate"))
+
+
+# ---------------------------------------------------------------- ssh against a real sshd
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    binary = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not Path(binary).is_file() or not shutil.which("ssh-keygen") or not shutil.which("ssh"):
+        pytest.skip("no sshd/ssh here: apt-get install openssh-server openssh-client (.ci/run does)")
+    tmp = tmp_path_factory.mktemp("sshd")
+    for name in ("host", "client", "stranger"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / name)], check=True)
+    shutil.copy(tmp / "client.pub", tmp / "authorized_keys")
+    port = free_port()
+    (tmp / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp / 'host'}\nAuthorizedKeysFile {tmp / 'authorized_keys'}\n"
+        f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        f"PermitRootLogin prohibit-password\nPidFile {tmp / 'sshd.pid'}\nAcceptEnv LANG\n")
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation folder
+    proc = subprocess.Popen([binary, "-D", "-e", "-f", str(tmp / "sshd_config")], stderr=subprocess.PIPE, text=True)
+    for _ in range(50):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.skip(f"sshd did not start: {proc.stderr.read()[-200:]}")
+            time.sleep(0.1)
+    yield {"kind": "ssh", "host": "127.0.0.1", "port": port, "user": getpass.getuser(), "key": str(tmp / "client"),
+           "known_hosts": str(tmp / "known_hosts"), "python": sys.executable, "runs": 3, "warmup": 1,
+           "workdir": str(tmp / "remote" / "job"), "connect_timeout": 5, "_dir": tmp}
+    proc.terminate()
+    proc.wait(10)
+
+
+def ssh_spec(sshd, **changes):
+    return {k: v for k, v in {**sshd, **changes}.items() if not k.startswith("_")}
+
+
+def test_ssh_target_runs_on_a_real_sshd(run, sshd, tmp_path):
+    file = targets_file(tmp_path, {"box": ssh_spec(sshd, budgets={"accuracy_retained": ">= 0.5"})})
+    entry = devices.bench(run, "box", file, progress=False)
+    local = devices.bench(run, "local", progress=False)
+    assert entry["complete"] is True and entry["kind"] == "ssh" and entry["budgets"][0]["ok"]
+    assert entry["predictions"] == local["predictions"] and entry["metrics"]["accuracy"] == local["metrics"]["accuracy"]
+    assert (Path(sshd["workdir"]) / "result.json").is_file()  # it really went through the remote folder
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s, d: dict(s, key=str(d / "stranger")), "127.0.0.1:{port} refused the key"),
+    (lambda s, d: dict(s, port=free_port()), "cannot reach {user}@127.0.0.1"),
+    (lambda s, d: dict(s, python="/nonexistent/python3"), "does not run on 127.0.0.1"),
+    (lambda s, d: dict(s, python=str(d / "bare" / "bin" / "python")), "is not installed for"),
+])
+def test_ssh_failures_are_one_line(run, sshd, tmp_path, capsys, change, message):
+    if "bare" in message or message == "is not installed for":
+        if not (sshd["_dir"] / "bare").is_dir():
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(sshd["_dir"] / "bare")], check=True)
+    spec = change(ssh_spec(sshd), sshd["_dir"])
+    file = targets_file(tmp_path, {"box": spec})
+    started = time.time()
+    assert cli.main(["bench", str(run), "--target", "box", "--targets", str(file), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("edgekit: error: target box: ")
+    assert message.format(port=sshd["port"], user=sshd["user"]) in err[0], err[0]
+    assert time.time() - started < 60
+    assert manifest(run)["devices"]["box"]["complete"] is False
+
+
+def test_ssh_argv_is_a_list_and_remote_words_are_quoted():
+    spec = {"host": "pi", "user": "pi", "port": 2222, "key": "/k/id", "connect_timeout": 7}
+    argv = devices.ssh_command(spec, ["python3", "-c", "print('a b'); $(boom)"])
+    assert argv[:9] == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new", "-o",
+                        "ConnectTimeout=7", "-p", "2222"]
+    assert argv[-2:] == ["pi@pi", "python3 -c 'print('\"'\"'a b'\"'\"'); $(boom)'"]
+    assert "--" in argv and argv.index("--") == len(argv) - 3
+
+
+@pytest.mark.slow
+def test_ssh_target_creates_a_virtual_environment(run, sshd, tmp_path):
+    """venv: true makes a --without-pip virtual environment there and installs the runner's pinned packages
+    (from the package index, as a device would)."""
+    file = targets_file(tmp_path, {"fresh": ssh_spec(sshd, venv=True, python=shutil.which("python3") or sys.executable)})
+    entry = devices.bench(run, "fresh", file, progress=False)
+    assert entry["complete"] is True and entry["result"]["runtime"] == "onnxruntime"
+    venv = Path(sshd["workdir"] + "-venv")
+    assert (venv / "bin" / "python").exists() and not (venv / "bin" / "pip").exists()
+
+
+# ---------------------------------------------------------------- adb: no device here
+
+def test_parse_recorded_benchmark_model_output():
+    r = devices.parse_benchmark_model((DATA / "benchmark_model_seq128.txt").read_text())
+    assert r["latency_ms"] == {"p50": 18.774, "p90": 20.511, "p99": 22.417}  # the timed run, not the warm-up
+    assert r["mean_ms"] == 18.956 and r["load_s"] == 0.0384 and r["first_inference_ms"] == 25.104
+    assert r["runs"] == 55 and r["peak_rss_mb"] == 44.0117 and r["size_mb"] == 17.4193
+    with pytest.raises(ValueError):
+        devices.parse_benchmark_model("ERROR: Could not open '/data/local/tmp/x.tflite'.\n")
+
+
+def test_adb_benchmark_model_argv():
+    meta = {"inputs": [{"name": "args_0"}, {"name": "args_1"}], "pad_id": 0, "buckets": [32, 64, 128],
+            "signatures": {"32": "seq32", "64": "seq64", "128": "seq128"}, "max_length": 128}
+    argv = devices.adb_benchmark_argv({"serial": "R58M", "threads": 4, "runs": 30, "warmup": 5, "seq_len": 64},
+                                      "/data/local/tmp/edgekit-bench/model.tflite", meta)
+    assert argv[:4] == ["adb", "-s", "R58M", "shell"] and len(argv) == 5
+    assert argv[4] == ("/data/local/tmp/benchmark_model --graph=/data/local/tmp/edgekit-bench/model.tflite "
+                       "--num_threads=4 --num_runs=30 --warmup_runs=5 --input_layer_value_range=args_0,1,100:args_1,1,1 "
+                       "--signature_to_run_for_invoke=seq64")
+
+
+FAKE_ADB = '''#!{python}
+"""A stand-in for adb: logs its argv, answers like a phone without Python that has benchmark_model."""
+import json, sys
+args = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[2:] == ["get-state"]:
+    print({state!r})
+    sys.exit(0 if {state!r} == "device" else 1)
+if args[2] == "shell" and "benchmark_model" in args[3]:
+    print(open({sample!r}).read())
+'''
+
+
+def fake_adb(tmp_path, state="device") -> Path:
+    path = tmp_path / "adb"
+    path.write_text(FAKE_ADB.format(python=sys.executable, log=str(tmp_path / "adb.log"), state=state,
+                                    sample=str(DATA / "benchmark_model_seq128.txt")))
+    path.chmod(0o755)
+    return path
+
+
+def test_adb_target_without_python_uses_benchmark_model(run, tmp_path, capsys):
+    from edgekit.artifact import Artifact
+    from edgekit.stages import export
+
+    _, ctx = pipeline.context_of(run, progress=False)
+    lite = export.run(Artifact(Path(manifest(run)["model"]["path"]), "hf"), tmp_path / "lite", ctx, format="tflite",
+                      buckets=[16, 32], check_sentences=8)
+    file = targets_file(tmp_path, {"phone": {"kind": "adb", "serial": "R58M", "adb": str(fake_adb(tmp_path)),
+                                             "seq_len": 16, "budgets": {"latency_ms_p90": "<= 25"}}})
+    assert cli.main(["bench", str(run), "--target", "phone", "--targets", str(file), "--model", str(lite.path),
+                     "--quiet"]) == 0
+    entry = manifest(run)["devices"]["phone"]
+    assert entry["complete"] is True and entry["metrics"]["latency_ms_p90"] == 20.511 and "accuracy" not in entry["metrics"]
+    calls = [json.loads(l) for l in (tmp_path / "adb.log").read_text().splitlines()]
+    assert calls[0] == ["-s", "R58M", "get-state"] and calls[1] == ["-s", "R58M", "shell", "command -v python3"]
+    assert calls[-2][:3] == ["-s", "R58M", "push"] and calls[-1][3].endswith("--signature_to_run_for_invoke=seq16")
+    # the same model as ONNX cannot go through benchmark_model: one line saying what to do
+    file = targets_file(tmp_path, {"phone": {"kind": "adb", "serial": "R58M", "adb": str(fake_adb(tmp_path))}})
+    assert cli.main(["bench", str(run), "--target", "phone", "--targets", str(file), "--quiet"]) == 1
+    assert "benchmark_model runs only .tflite files" in capsys.readouterr().err
+    file = targets_file(tmp_path, {"phone": {"kind": "adb", "serial": "R58M", "adb": str(fake_adb(tmp_path, "offline"))}})
+    assert cli.main(["bench", str(run), "--target", "phone", "--targets", str(file), "--quiet"]) == 1
+    assert "target phone: no device R58M" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- qemu-arm64
+
+def int8_artifacts(run: Path, into: Path) -> dict:
+    """ONNX dynamic INT8 (onnxruntime) and TFLite dynamic-range INT8 (ai-edge-quantizer) of the run's model."""
+    from ai_edge_quantizer import quantizer, recipe as qrecipe
+
+    from edgekit.artifact import Artifact
+    from edgekit.stages import export, quantize
+
+    _, ctx = pipeline.context_of(run, progress=False)
+    onnx_dir = into / "onnx-int8"
+    onnx_dir.mkdir(parents=True)
+    quantize.int8_dynamic(run / "01-export" / "model.onnx", onnx_dir / "model.onnx")
+    for name in ("model.json", "tokenizer.json"):
+        shutil.copy(run / "01-export" / name, onnx_dir / name)
+    lite = export.run(Artifact(Path(manifest(run)["model"]["path"]), "hf"), into / "tflite", ctx, format="tflite",
+                      buckets=[16, 32], check_sentences=8)
+    lite_dir = into / "tflite-int8"
+    shutil.copytree(into / "tflite", lite_dir)
+    (lite_dir / "model.tflite").unlink()
+    quantizer.Quantizer(str(lite.path), qrecipe.dynamic_wi8_afp32()).quantize().export_model(
+        str(lite_dir / "model.tflite"), overwrite=True)
+    return {"onnx": onnx_dir / "model.onnx", "tflite": lite_dir / "model.tflite"}
+
+
+@pytest.mark.slow
+def test_qemu_arm64_runs_int8_onnx_and_tflite_like_x86(run, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("qemu-arm64 runs a chroot, which needs root")
+    for tool in ("debootstrap", "dpkg-deb", "qemu-aarch64-static"):
+        if not shutil.which(tool):
+            pytest.skip(f"no {tool}: apt-get install -y debootstrap qemu-user-static (.ci/run does)")
+    models = int8_artifacts(run, tmp_path)
+    for fmt, model in models.items():
+        arm = devices.bench(run, "qemu-arm64", model=str(model), progress=False)
+        x86 = devices.bench(run, "local", model=str(model), progress=False)
+        assert arm["complete"] and arm["emulated"] is True and arm["result"]["machine"] == "aarch64"
+        assert arm["result"]["runtime"] == {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}[fmt]
+        assert x86["result"]["machine"] == "x86_64" or x86["result"]["machine"] != "aarch64"
+        agree = sum(a == b for a, b in zip(arm["predictions"], x86["predictions"])) / len(x86["predictions"])
+        assert len(arm["predictions"]) == len(x86["predictions"]) > 0 and agree >= 0.99, (fmt, agree)
+    with open(tmp_path / "x.csv", "w") as f:
+        csv.writer(f).writerow(["unused"])
