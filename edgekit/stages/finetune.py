@@ -1,4 +1,5 @@
-"""finetune: turn a pretrained encoder into a task model (the teacher) when the user has none."""
+"""finetune: turn a pretrained encoder into a task model (the teacher) when the user has none. Under torchrun the
+training is data-parallel (training.train) and rank 0 writes the model."""
 from pathlib import Path
 
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: floa
         out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
         checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id, desc="finetune",
         progress=ctx.progress)
-    families.save_model(model, tokenizer, out_dir / "model")
+    if training.distributed()[0] == 0:
+        families.save_model(model, tokenizer, out_dir / "model")
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "train_loss": round(loss, 4)})
