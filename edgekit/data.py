@@ -11,7 +11,7 @@ from pathlib import Path
 from edgekit import assets
 from edgekit.errors import EdgekitError
 
-DATASETS = ("rt-polarity",)
+DATASETS = ("rt-polarity", "vader-amazon")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
 
 
@@ -33,6 +33,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically."""
     if source == "rt-polarity":
         rows = _rt_polarity()
+    elif source == "vader-amazon":
+        rows = _vader(source)
     elif assets.is_asset(source):
         raise EdgekitError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
     else:
@@ -84,6 +86,18 @@ def _rt_polarity() -> list:
                 continue
             seen.add(r["text"])
             rows.append((r["text"], r["category"], _hash_split(r["movie_name"])))
+    return rows
+
+
+def _vader(name: str) -> list:
+    """VADER's human-rated snippets: id, mean valence (-4..4), text per line; the sign is the label (0 dropped),
+    hash split by text."""
+    rows = []
+    for line in assets.path(name).read_text(encoding="utf-8", errors="replace").splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3 and parts[2].strip() and float(parts[1]) != 0:
+            text = parts[2].strip()
+            rows.append((text, "positive" if float(parts[1]) > 0 else "negative", _hash_split(text)))
     return rows
 
 
