@@ -392,16 +392,7 @@ def qemu_root(spec: dict, progress: bool = True) -> Path:
     """A Debian arm64 root with python3 and the runner's aarch64 wheels, built once into the cache (through a temp
     folder and a rename). debootstrap's first stage (--foreign) fetches the packages; they are unpacked with the
     host's dpkg-deb, since without binfmt_misc the arm64 second stage cannot run its maintainer scripts."""
-    from edgekit import assets
-
-    release, mirror = spec.get("release", "bookworm"), spec.get("mirror", "http://deb.debian.org/debian")
-    reqs = sorted({l.strip() for f in ("onnx", "tflite") for l in
-                   (runner_source() / f"requirements-{f}.txt").read_text().splitlines()
-                   if l.strip() and not l.startswith("#")})
-    import hashlib
-
-    key = hashlib.sha256(json.dumps([release, mirror, reqs]).encode()).hexdigest()[:12]
-    root = assets.cache_dir() / "qemu-arm64" / f"{release}-{key}"
+    root, release, mirror, reqs = qemu_root_dir(spec)
     if (root / ".ready").is_file():
         return root
     for tool, package in (("debootstrap", "debootstrap"), ("dpkg-deb", "dpkg"), (QEMU, "qemu-user-static")):
@@ -444,6 +435,20 @@ def qemu_root(spec: dict, progress: bool = True) -> Path:
     return root
 
 
+def qemu_root_dir(spec: dict) -> tuple:
+    """(root folder, release, mirror, pinned wheels): one root per release, mirror and package list, in EDGEKIT_CACHE."""
+    import hashlib
+
+    from edgekit import assets
+
+    release, mirror = spec.get("release", "bookworm"), spec.get("mirror", "http://deb.debian.org/debian")
+    reqs = sorted({line.strip() for f in ("onnx", "tflite") for line in
+                   (runner_source() / f"requirements-{f}.txt").read_text().splitlines()
+                   if line.strip() and not line.startswith("#")})
+    key = hashlib.sha256(json.dumps([release, mirror, reqs]).encode()).hexdigest()[:12]
+    return assets.cache_dir() / "qemu-arm64" / f"{release}-{key}", release, mirror, reqs
+
+
 def run_step(argv: list, what: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
@@ -453,7 +458,7 @@ def run_step(argv: list, what: str) -> None:
 
 def qemu_argv(root: Path, job: str, spec: dict) -> list:
     """chroot + qemu called explicitly (binfmt_misc is not needed): the arm64 python3 runs the runner."""
-    return ["chroot", str(root), QEMU, "/usr/bin/python3", "-m", "device_bench",
+    return [shutil.which("chroot") or "/usr/sbin/chroot", str(root), QEMU, "/usr/bin/python3", "-m", "device_bench",
             *runner_args(spec, job, emulated=True)]
 
 
