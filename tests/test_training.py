@@ -64,3 +64,29 @@ def test_a_corrupt_checkpoint_is_a_clear_error(model_dir, csv_file, tmp_path):
     (tmp_path / "checkpoint" / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(EdgekitError, match="checkpoint .* is unreadable"):
         fit(model, encoded, tmp_path)
+
+
+def test_the_end_checkpoint_makes_a_rerun_a_no_op_with_the_same_loss(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    first = fit(model, encoded, tmp_path)
+    assert (tmp_path / "checkpoint" / "state.pt").is_file()
+    again, _ = setup(model_dir, csv_file)
+    calls = {"n": 0}
+
+    def counted(m, b):
+        calls["n"] += 1
+        return loss(m, b)
+
+    assert fit(again, encoded, tmp_path, counted) == first and calls["n"] == 0
+    a, b = model.state_dict(), again.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_of_another_architecture_is_a_clear_error(model_dir, csv_file, tmp_path):
+    from edgekit import testing
+
+    model, encoded = setup(model_dir, csv_file)
+    fit(model, encoded, tmp_path)
+    deeper = families.load_model(testing.make_model_dir(tmp_path / "deep", layers=5), labels=["neg", "pos"])
+    with pytest.raises(EdgekitError, match="from another architecture .*it has no bert.encoder.layer.4"):
+        fit(deeper, encoded, tmp_path)
