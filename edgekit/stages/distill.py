@@ -232,7 +232,7 @@ class TeacherView:
 
     def batch(self, index: list, intermediate: bool, device) -> dict:
         if self.cache and (self.inter_cached or not intermediate):
-            out = gather(self.cache, index)
+            out = gather(self.cache, index, intermediate)
         else:
             rows = next(data.batches([self.encoded[i] for i in index], len(index), self.pad_id))
             with torch.no_grad():
@@ -271,14 +271,18 @@ def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=()
     return out
 
 
-def gather(cache: dict, index: list) -> dict:
-    """Cached outputs of the examples `index`, zero-padded to the longest of them."""
+def gather(cache: dict, index: list, intermediate: bool = True) -> dict:
+    """Cached outputs of the examples `index`, zero-padded to the longest of them (logits only unless
+    `intermediate`)."""
     width = max(cache["lengths"][i] for i in index)
 
     def padded(x):  # [len, width] or [heads, len, len] -> padded to `width` tokens, float
         n = x.shape[-2]
         return F.pad(x.float(), (0, width - n, 0, width - n) if x.dim() == 3 else (0, 0, 0, width - n))
 
-    return {"logits": torch.stack([cache["logits"][i] for i in index]),
+    logits = torch.stack([cache["logits"][i] for i in index])
+    if not intermediate:
+        return {"logits": logits, "hidden": {}, "attention": {}}
+    return {"logits": logits,
             "hidden": {k: torch.stack([padded(v[i]) for i in index]) for k, v in cache["hidden"].items()},
             "attention": {g: torch.stack([padded(v[i]) for i in index]) for g, v in cache["attention"].items()}}
