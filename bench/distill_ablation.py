@@ -2,9 +2,10 @@
 with the student's test accuracy and the minutes distillation took (teacher outputs, augmentation and training).
 
     python bench/distill_ablation.py [--teacher minilm-l6] [--max-train 3000] [--epochs 1] [--mixes ce kd ...]
+                                     [--teacher-run RUN_DIR]
 
 The teacher is fine-tuned once on all of rt-polarity's training split (the distilbert-int8 recipe's finetune
-settings) and reused on later calls; the students (every other teacher layer) are distilled on the first
+settings) and reused on later calls, or taken from a finished run with a finetune stage (--teacher-run); the students (every other teacher layer) are distilled on the first
 --max-train training sentences, so the budget is small and the differences between mixes show. Accuracy is on the
 whole test split. Results: bench/results/distill-ablation-<teacher>.json and .md, rewritten after every mix.
 """
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 from edgekit import pipeline, recipe as recipes, runtime
+from edgekit.artifact import Artifact
 from edgekit.stages import distill, evaluate
 
 OFF = {"alpha": 0.5, "cosine": 0.0}
@@ -49,10 +51,15 @@ def main():
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES))
     ap.add_argument("--runs", default="artifacts/distill-ablation")
+    ap.add_argument("--teacher-run", default=None, help="a finished run whose finetune stage is the teacher")
     args = ap.parse_args()
     root = Path(args.runs) / args.teacher
     out = Path(f"bench/results/distill-ablation-{args.teacher}.json")
-    _, ctx = pipeline.context_of(teacher_run(args.teacher, root))
+    _, ctx = pipeline.context_of(Path(args.teacher_run) if args.teacher_run else teacher_run(args.teacher, root))
+    if args.teacher_run:  # a copy, so the other run may go on or be removed
+        shutil.rmtree(root / "teacher-model", ignore_errors=True)
+        shutil.copytree(ctx.teacher.path, root / "teacher-model")
+        ctx.teacher = Artifact(root / "teacher-model", "hf")
     ctx.splits.train = ctx.splits.train[:args.max_train]
     teacher_acc = evaluate.accuracy(runtime.load(ctx.teacher.path), ctx.splits.test, 64, True, "teacher")
     result = json.loads(out.read_text()) if out.is_file() else {}
@@ -67,7 +74,7 @@ def main():
         rows[mix] = {"mix": mix, "settings": settings, "accuracy": acc, "retained": round(acc / teacher_acc, 4),
                      "distill_minutes": round(minutes, 2), "train_loss": student.metrics["train_loss"],
                      "augmented_examples": student.metrics.get("augmented_examples", 0)}
-        result = {"teacher": args.teacher, "teacher_accuracy": teacher_acc, "max_train": args.max_train,
+        result = {"teacher": args.teacher, "teacher_model": str(ctx.teacher.path), "teacher_accuracy": teacher_acc, "max_train": args.max_train,
                   "epochs": args.epochs, "student_layers": student.metrics["student_layers"],
                   "test_examples": len(ctx.splits.test), "rows": list(rows.values())}
         write(out, result)

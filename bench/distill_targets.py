@@ -4,6 +4,7 @@ out of domain on vader-amazon when that dataset asset is known to edgekit.
 
     python bench/distill_targets.py --teacher mpnet-base --variants six four
     python bench/distill_targets.py --teacher minilm-l6 --variants three
+    python bench/distill_targets.py --from-run artifacts/distilbert-int8   # a finished run: evaluation only
 
 Variants (distill settings over the distilbert-int8 recipe's):
   six    DistilBERT: every other teacher layer (6 of mpnet-base's 12), soft KD + CE + hidden cosine
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from edgekit import data, pipeline, recipe as recipes, runtime
+from edgekit.artifact import Artifact
 from edgekit.stages import evaluate
 
 VARIANTS = {
@@ -64,7 +66,10 @@ def main():
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--runs", default="artifacts/distill-targets")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--from-run", default=None, help="a finished run with finetune and distill stages")
     args = ap.parse_args()
+    if args.from_run:
+        return from_run(Path(args.from_run), args.out)
     out = Path(args.out or f"bench/results/distill-targets-{args.teacher}.json")
     root = Path(args.runs) / args.teacher
     rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []
@@ -89,6 +94,28 @@ def main():
         rows = [r for r in rows if r["variant"] != variant] + [row]
         write(out, {"run": str(root), "rows": rows})
         print(json.dumps(row), file=sys.stderr)
+
+
+def from_run(run: Path, out: str) -> None:
+    """The FP32 student of a finished run against its teacher, in and out of domain (no training)."""
+    manifest, ctx = pipeline.context_of(run)
+    stages = {s["name"]: s for s in manifest["stages"]}
+    student = Artifact.from_json(stages["distill"]["output"], run.resolve())
+    acc = evaluate.accuracy(runtime.load(student.path), ctx.splits.test, 64, True, "student")
+    teacher = evaluate.accuracy(runtime.load(ctx.teacher.path), ctx.splits.test, 64, True, "teacher")
+    final = stages.get("evaluate", {}).get("metrics", {})
+    row = {"teacher": manifest["recipe"]["teacher"], "variant": f"{manifest['recipe']['name']} (run {run})",
+           "distill": manifest["recipe"]["distill"], "student_params": stages["distill"]["metrics"]["params"],
+           "teacher_params": stages["finetune"]["metrics"]["params"], "accuracy": acc, "teacher_accuracy": teacher,
+           "accuracy_retained": round(acc / teacher, 4), "test_examples": len(ctx.splits.test),
+           "final_artifact_accuracy": final.get("accuracy"), "final_artifact_retained": final.get("accuracy_retained"),
+           "finetune_minutes": round(stages["finetune"]["seconds"] / 60, 1),
+           "distill_minutes": round(stages["distill"]["seconds"] / 60, 1),
+           **out_of_domain(student.path, ctx.teacher.path, manifest["data"]["labels"])}
+    out = Path(out or f"bench/results/distill-targets-{row['teacher']}.json")
+    rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []
+    write(out, {"run": str(run), "rows": [r for r in rows if r["variant"] != row["variant"]] + [row]})
+    print(json.dumps(row), file=sys.stderr)
 
 
 def write(out: Path, result: dict) -> None:
