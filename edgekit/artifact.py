@@ -4,24 +4,43 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KINDS = ("hf", "onnx")  # hf: a transformers folder (config.json, model.safetensors, tokenizer); onnx: model.onnx + model.json
+# hf: a transformers folder (config.json, model.safetensors, tokenizer); onnx, tflite, torchscript: a model file with
+# its model.json sidecar and tokenizer.json beside it
+KINDS = ("hf", "onnx", "tflite", "torchscript")
 
 
 @dataclass
 class Artifact:
+    """`outputs`: when a stage writes several deployable files (one per target and format), each by name
+    (`x86-onnx`, `arm64-tflite`, ...); the artifact itself is the first of them, the one later stages report."""
     path: Path
     kind: str
     metrics: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+
+    def all(self) -> dict:
+        """name -> Artifact for every deployable output (just this one when the stage wrote one)."""
+        return self.outputs or {self.kind: self}
 
     def to_json(self, root: Path) -> dict:
         path = Path(self.path)
         shown = str(path.relative_to(root)) if path.is_absolute() and path.is_relative_to(root) else str(path)
-        return {"path": shown, "kind": self.kind, "metrics": self.metrics}
+        out = {"path": shown, "kind": self.kind, "metrics": self.metrics}
+        if self.outputs:
+            out["outputs"] = {name: a.to_json(root) for name, a in self.outputs.items()}
+        return out
 
     @classmethod
     def from_json(cls, d: dict, root: Path) -> "Artifact":
         path = Path(d["path"])
-        return cls(path if path.is_absolute() else root / path, d["kind"], dict(d.get("metrics", {})))
+        outputs = {name: cls.from_json(o, root) for name, o in (d.get("outputs") or {}).items()}
+        return cls(path if path.is_absolute() else root / path, d["kind"], dict(d.get("metrics", {})), outputs)
+
+    def moved(self, old: Path, new: Path) -> "Artifact":
+        """The same artifact after its folder `old` was renamed to `new`."""
+        path = Path(self.path)
+        path = new / path.relative_to(old) if path.is_relative_to(old) else path
+        return Artifact(path, self.kind, self.metrics, {n: a.moved(old, new) for n, a in self.outputs.items()})
 
 
 WEIGHT_SUFFIXES = (".onnx", ".safetensors", ".tflite", ".pt", ".data")

@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import edgekit
@@ -28,6 +28,7 @@ class Context:
     seed: int
     max_length: int
     progress: bool
+    targets: list = field(default_factory=lambda: ["x86"])  # deployment targets (edgekit.targets)
 
 
 def resolve_model(spec: str) -> Artifact:
@@ -113,13 +114,14 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                 "data": {"source": splits.source, "fingerprint": splits.fingerprint(), "labels": splits.labels,
                          "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
                 "stages": [], "final": None, "budgets": []}
-    ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress)
+    ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"])
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
     for i, name in enumerate(recipe["stages"], 1):
         settings = recipe.get(name) or {}
         key = hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, manifest["data"]["fingerprint"],
-                                         recipe["seed"], recipe["max_length"], edgekit.__version__],
+                                         recipe["seed"], recipe["max_length"], edgekit.__version__]
+                                        + ([recipe["targets"]] if name in ("export", "quantize") else []),
                                         sort_keys=True, default=str).encode()).hexdigest()
         stage_dir = out / f"{i:02d}-{name}"
         entry = reusable(previous, i - 1, name, key, out)
@@ -127,8 +129,10 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             entry = from_shared(shared, key, stage_dir)
             if entry:  # same key: same input content; paths are this run's own
                 entry["input"] = artifact.to_json(out)
-                if not entry["output"]["path"].startswith(stage_dir.name + "/"):
+                if not entry["output"]["path"].startswith(stage_dir.name + "/"):  # a stage that measures only
                     entry["output"]["path"] = entry["input"]["path"]
+                    for name_, o in (entry["output"].get("outputs") or {}).items():
+                        o["path"] = entry["input"]["outputs"][name_]["path"]
         if entry:
             log(f"[{i}/{len(recipe['stages'])}] {name}: unchanged, reused {stage_dir.name}", progress)
             entry["reused"] = True
@@ -152,6 +156,9 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         write_json(out / "manifest.json", manifest)
     manifest["final"] = artifact.to_json(out)
     manifest["budgets"] = check_budgets(recipe["budgets"], artifact.metrics)
+    if artifact.outputs:  # every deployable artifact meets the budgets, not just the first
+        manifest["budgets"] = [dict(row, artifact=name) for name, a in artifact.outputs.items()
+                               for row in check_budgets(recipe["budgets"], a.metrics)]
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
     write_json(out / "manifest.json", manifest)
     return manifest
@@ -182,10 +189,7 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
     os.replace(partial, stage_dir)
-    path = Path(result.path)
-    if path.is_relative_to(partial):
-        path = stage_dir / path.relative_to(partial)
-    return Artifact(path, result.kind, result.metrics)
+    return result.moved(partial, stage_dir)
 
 
 def read_manifest(path: Path) -> dict:
@@ -253,9 +257,8 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
     os.replace(tmp, stage_dir)
 
     entry["files"] = files
-    path = Path(entry["output"]["path"])
-    if path.parts and path.parts[0] == old_dir:
-        entry["output"] = dict(entry["output"], path=str(Path(stage_dir.name) / path.relative_to(old_dir)))
+    root = stage_dir.parent
+    entry["output"] = Artifact.from_json(entry["output"], root).moved(root / old_dir, stage_dir).to_json(root)
     return entry
 
 

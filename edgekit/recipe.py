@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 
-from edgekit import data, stages
-from edgekit.errors import UsageError
+from edgekit import data, stages, targets
+from edgekit.errors import EdgekitError, UsageError
 
 RECIPES = Path(__file__).parent / "recipes"
-TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "stages", "budgets") + stages.NAMES
+TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "targets", "stages", "budgets") + stages.NAMES
 DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "seed")
 METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90",
            "latency_ms_p99", "peak_rss_mb", "max_abs_diff", "label_agreement")
@@ -82,8 +82,17 @@ def validate(recipe: dict) -> dict:
     for key, lo, hi in (("seed", 0, 2**31), ("max_length", 8, 512)):
         if not _is(recipe[key], int) or not lo <= recipe[key] <= hi:
             errors.append(f"{key} must be an integer in [{lo}, {hi}], got {recipe[key]!r}")
+    try:
+        recipe["targets"] = targets.check(recipe.setdefault("targets", ["x86"]))
+    except EdgekitError as e:
+        errors.append(str(e))
     errors += _check_data(recipe)
     errors += _check_stages(recipe)
+    if not errors and "export" in recipe["stages"]:
+        try:  # a format no target runs is refused before anything runs
+            targets.formats_for(recipe["targets"], recipe["export"]["format"])
+        except EdgekitError as e:
+            errors.append(str(e))
     errors += _check_budgets(recipe)
     if errors:
         raise UsageError("; ".join(errors))
@@ -127,10 +136,10 @@ def _check_stages(recipe: dict) -> list:
                           f"order: finetune, distill, prune, export, quantize, evaluate, bench")
         if name == "finetune" and order.index(name) != 0:
             errors.append("finetune must be the first stage (it makes the teacher)")
-        if name == "quantize" and kind != "onnx":
-            errors.append("quantize needs an exported ONNX model; put export (format: onnx) before quantize")
+        if name == "quantize" and kind != "exported":
+            errors.append("quantize needs an exported model; put export before quantize")
         if name == "export":
-            kind = (recipe.get("export") or {}).get("format", "onnx")
+            kind = "exported"
     return errors
 
 

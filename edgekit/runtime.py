@@ -121,6 +121,14 @@ class SidecarTokenizer:
         return {"input_ids": ids, "attention_mask": mask}
 
 
+def check_length(batch: dict, meta: dict) -> None:
+    """Token ids longer than the model accepts are refused, never cut silently (encode() truncates texts)."""
+    n = batch["input_ids"].shape[1]
+    if n > meta["max_length"]:
+        raise EdgekitError(f"the input has {n} tokens; this model accepts at most {meta['max_length']}: truncate it "
+                           f"(encode() does) or export with a larger max_length")
+
+
 def predict(model, texts, max_length=None) -> dict:
     """texts -> {labels, probs}, the same for every format."""
     probs = softmax(model.logits(model.encode(texts, max_length)))
@@ -133,7 +141,7 @@ class TorchScriptModel:
     def __init__(self, path: Path, threads: int = 0):
         import torch
 
-        self.sidecar = SidecarTokenizer(path)
+        self.path, self.sidecar = Path(path), SidecarTokenizer(path)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         if threads:
             torch.set_num_threads(threads)
@@ -145,6 +153,7 @@ class TorchScriptModel:
     def logits(self, batch: dict) -> np.ndarray:
         import torch
 
+        check_length(batch, self.meta)
         with torch.no_grad():
             return self.module(torch.from_numpy(batch["input_ids"]), torch.from_numpy(batch["attention_mask"])).numpy()
 
@@ -158,7 +167,7 @@ class OnnxModel:
     def __init__(self, path: Path, threads: int = 0):
         import onnxruntime as ort
 
-        self.sidecar = SidecarTokenizer(path)
+        self.path, self.sidecar = Path(path), SidecarTokenizer(path)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         check_onnx(path)
         options = ort.SessionOptions()
@@ -173,6 +182,7 @@ class OnnxModel:
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     def logits(self, batch: dict) -> np.ndarray:
+        check_length(batch, self.meta)
         return self.session.run(None, {k: batch[k] for k in self.input_names})[0]
 
     def __call__(self, texts, max_length=None) -> dict:
@@ -190,7 +200,7 @@ class TFLiteModel:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:
             raise EdgekitError("running .tflite files needs ai-edge-litert: pip install 'edgekit[tflite]'")
-        self.sidecar = SidecarTokenizer(path)
+        self.path, self.sidecar = Path(path), SidecarTokenizer(path)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         self.buckets = sorted(self.meta.get("buckets") or [self.meta["max_length"]])
         try:  # the interpreter checks the flatbuffer before anything runs
@@ -204,6 +214,7 @@ class TFLiteModel:
         return next((b for b in self.buckets if b >= length), self.buckets[-1])
 
     def logits(self, batch: dict) -> np.ndarray:
+        check_length(batch, self.meta)
         rows = []
         for ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
             n = int(mask.sum())
@@ -212,8 +223,11 @@ class TFLiteModel:
             padded_mask = np.zeros((1, b), dtype=np.int32)
             padded[0, :min(n, b)] = ids[:min(n, b)]
             padded_mask[0, :min(n, b)] = 1
-            out = self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask})
-            rows.append(next(iter(out.values()))[0])
+            out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
+            if out.dtype != np.float32:  # full-integer models return quantized logits: scale them back
+                scale, zero = next(iter(self.runners[b].get_output_details().values()))["quantization"]
+                out = (out.astype(np.float32) - zero) * scale
+            rows.append(out)
         return np.stack(rows)
 
     def __call__(self, texts, max_length=None) -> dict:

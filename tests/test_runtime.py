@@ -94,12 +94,15 @@ def test_torchscript_export_checks_itself_and_loads_with_the_same_call(tmp_path,
     assert meta["format"] == "torchscript" and "opset" not in meta
 
 
-def test_quantize_after_a_torchscript_export_is_refused_before_running():
+def test_a_format_the_target_cannot_run_is_refused_before_running():
     from edgekit import recipe
     from edgekit.errors import UsageError
 
-    with pytest.raises(UsageError, match="quantize needs an exported ONNX model"):
-        recipe.load("distilbert-int8", ["export.format=torchscript"])
+    with pytest.raises(UsageError, match="export format 'torchscript' cannot run on target arm64"):
+        recipe.load("distilbert-int8", ["export.format=torchscript", "targets=[arm64]"])
+    with pytest.raises(UsageError, match="unknown target riscv; targets: x86, x86-avx2, arm64"):
+        recipe.load("distilbert-int8", ["targets=[riscv]"])
+    assert recipe.load("distilbert-int8", ["export.format=torchscript"])["targets"] == ["x86"]
 
 
 def test_tflite_export_has_one_signature_per_bucket_and_picks_the_smallest(tmp_path, model_dir, csv_file):

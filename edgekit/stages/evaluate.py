@@ -17,13 +17,17 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    score = accuracy(runtime.load(artifact.path), examples, batch_size, ctx.progress, "evaluate")
     teacher = accuracy(runtime.load(ctx.teacher.path), examples, batch_size, ctx.progress, "evaluate teacher")
-    metrics = {"accuracy": score, "teacher_accuracy": teacher,
-               "accuracy_retained": round(score / teacher, 4) if teacher else None, "eval_split": split,
-               "eval_examples": len(examples)}
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **metrics})
+    measured = {}
+    for name, a in artifact.all().items():  # every target's artifact, when there are several
+        score = accuracy(runtime.load(a.path), examples, batch_size, ctx.progress, f"evaluate {name}")
+        measured[name] = {"accuracy": score, "teacher_accuracy": teacher,
+                          "accuracy_retained": round(score / teacher, 4) if teacher else None, "eval_split": split,
+                          "eval_examples": len(examples)}
+    (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
+    outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
+    first = next(iter(measured.values()))
+    return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **first}, outputs)
 
 
 def accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) -> float:

@@ -7,33 +7,53 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgekit import families, runtime
+from edgekit import families, runtime, targets
 from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
-FORMATS = ("onnx", "torchscript", "tflite")
 EXPORTERS = ("torchscript", "dynamo")
 
 
-def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporter: str = "torchscript", opset: int = 17,
-        buckets: list = [32, 64, 128], target: str = "x86", check_sentences: int = 200,
+def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", exporter: str = "torchscript",
+        opset: int = 17, buckets: list = [32, 64, 128], check_sentences: int = 200,
         min_label_agreement: float = 0.99) -> Artifact:
-    """format: `onnx` (dynamic batch and sequence), `tflite` (litert-torch; static shapes, so one signature per
+    """format: `auto` (what the recipe's targets run: ONNX for x86, ONNX and TFLite for arm64), one format or a list.
+    `onnx` (dynamic batch and sequence), `tflite` (litert-torch; static shapes, so one signature per
     sequence bucket in one file with shared weights: the runtime picks the smallest bucket that fits) or
     `torchscript` (a traced module, model.pt; a legacy format, for PyTorch Mobile and libtorch users).
+    Several formats go into one folder each (`onnx/`, `tflite/`, ...), all named in the manifest.
     exporter (ONNX): `torchscript` (default) traces eager attention, the graph ONNX Runtime fuses into its
     Attention, EmbedLayerNormalization and SkipLayerNormalization kernels (measured: 1.36x faster INT8 than
     `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
-    if format not in FORMATS:
-        raise EdgekitError(f"export.format '{format}' is not supported here; supported: {', '.join(FORMATS)}")
+    formats = targets.formats_for(ctx.targets, format)
     if exporter not in EXPORTERS:
         raise EdgekitError(f"export.exporter '{exporter}'; supported: {', '.join(EXPORTERS)}")
     if artifact.kind != "hf":
         raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
-    if format == "tflite" and (not buckets or any(not isinstance(b, int) or not 2 <= b <= ctx.max_length for b in buckets)):
+    if "tflite" in formats and (not buckets or any(not isinstance(b, int) or not 2 <= b <= ctx.max_length for b in buckets)):
         raise EdgekitError(f"export.buckets {buckets} must be sequence lengths in [2, max_length={ctx.max_length}]")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
+    reference = runtime.HFModel(artifact.path)
+    outputs = {}
+    for f in formats:
+        folder = out_dir if len(formats) == 1 else out_dir / f
+        runs_on = ",".join(t for t in ctx.targets if f in targets.TARGETS[t]["formats"])
+        outputs[f] = export_one(model, tokenizer, folder, f, runs_on, exporter, opset, sorted(set(buckets)),
+                                ctx.max_length, str(artifact.path))
+        check = compare(reference, runtime.load(outputs[f].path), ctx.splits.test[:check_sentences])
+        outputs[f].metrics.update(check, size_mb=size_mb(outputs[f]))
+        if check["label_agreement"] < min_label_agreement:
+            raise EdgekitError(f"{f} export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test "
+                               f"sentences (max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at "
+                               f"{outputs[f].path}")
+    first = outputs[formats[0]]
+    return Artifact(first.path, first.kind, first.metrics, outputs if len(formats) > 1 else {})
+
+
+def export_one(model, tokenizer, out_dir: Path, format: str, target: str, exporter: str, opset: int, buckets: list,
+               max_length: int, source: str) -> Artifact:
+    """One FP32 export with its model.json sidecar and tokenizer.json beside it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
     sample = (sample["input_ids"], sample["attention_mask"])
@@ -41,10 +61,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
     extra = {"exporter": exporter, "opset": opset} if format == "onnx" else {}
     if format == "onnx":
         path = out_dir / "model.onnx"
-        to_onnx(model, sample, path, exporter, opset, ctx.max_length)
+        to_onnx(model, sample, path, exporter, opset, max_length)
     elif format == "tflite":
         path = out_dir / "model.tflite"
-        buckets = sorted(set(buckets))
         to_tflite(model, path, buckets)
         inputs = [{"name": n, "dtype": "int32", "shape": [1, "bucket"]} for n in ("args_0", "args_1")]
         extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}}
@@ -54,18 +73,12 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str = "onnx", exporte
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     labels = families.label_names(model.config)
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
-            "max_length": max(buckets) if format == "tflite" else ctx.max_length, "tokenizer": "tokenizer.json",
+            "max_length": max(buckets) if format == "tflite" else max_length, "tokenizer": "tokenizer.json",
             "pad_id": tokenizer.pad_token_id, "inputs": inputs,
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}],
-            "source": str(artifact.path), **extra}
+            "source": source, **extra}
     write_json(out_dir / "model.json", meta)
-    exported = Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
-    check = compare(runtime.HFModel(artifact.path), runtime.load(path), ctx.splits.test[:check_sentences])
-    exported.metrics.update(check, size_mb=size_mb(exported))
-    if check["label_agreement"] < min_label_agreement:
-        raise EdgekitError(f"{format} export disagrees with PyTorch on {1 - check['label_agreement']:.1%} of test "
-                           f"sentences (max_abs_diff {check['max_abs_diff']:.3g}); the file is saved at {path}")
-    return exported
+    return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
 
 def to_tflite(model, path: Path, buckets: list) -> None:

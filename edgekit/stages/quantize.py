@@ -1,48 +1,341 @@
-"""quantize: ONNX Runtime dynamic INT8 (weights INT8 per channel or per tensor, activations quantized on the fly),
-embeddings included. The result is checked against its FP32 source on real test sentences."""
+"""quantize: every exported format, for every target of the recipe, one artifact each.
+
+mode      ONNX (ONNX Runtime)                              TFLite (ai-edge-quantizer)       TorchScript (torch.ao)
+dynamic   INT8 weights, activations quantized on the fly    dynamic-range INT8 weights       dynamic INT8 Linear
+static    INT8 QDQ, activations calibrated on train data    full-integer INT8, calibrated    (not offered)
+fp16      FP16 weights and compute, float I/O               FP16 weights                     (not offered)
+
+Embeddings are quantized too (INT8 Gather / embedding lookup; 8-bit rows for TorchScript). Before ONNX INT8 the
+graph is fused with ONNX Runtime's transformer optimizer (`fuse`), so attention runs as one QAttention kernel
+instead of a dozen integer MatMuls. Target settings (reduce_range, signedness, engine) come from edgekit.targets.
+
+`max_accuracy_drop`: the drop against the FP32 export is measured on the validation split; when it is larger,
+ONNX keeps its most sensitive nodes in float (sensitivity = logit error with that node alone quantized, on
+calibration sentences), adding them in order until the drop holds; TFLite and TorchScript step down to a milder
+method (static -> dynamic -> fp16). What was kept or changed is recorded in the sidecar and the manifest.
+"""
+import contextlib
 import json
+import logging
 import os
+import warnings
 import shutil
 from pathlib import Path
 
-from edgekit import runtime
+import numpy as np
+
+from edgekit import runtime, targets
 from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
+from edgekit.stages.evaluate import accuracy
 from edgekit.stages.export import compare
 
-MODES = ("dynamic",)
+MODES = ("dynamic", "static", "fp16")
+CALIBRATIONS = ("minmax", "entropy", "percentile")
+OFFERED = {"onnx": MODES, "tflite": MODES, "torchscript": ("dynamic",)}
+FALLBACK = {"static": "dynamic", "dynamic": "fp16"}  # milder methods, for formats without per-node exclusion
+FILES = {"onnx": "model.onnx", "tflite": "model.tflite", "torchscript": "model.pt"}
 
 
-def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str = "dynamic", per_channel: bool = True,
-        reduce_range: bool = False, check_sentences: int = 200) -> Artifact:
-    if mode not in MODES:
-        raise EdgekitError(f"quantize.mode '{mode}' is not supported; supported: {', '.join(MODES)}")
-    if artifact.kind != "onnx":
-        raise EdgekitError(f"quantize needs an ONNX artifact, got {artifact.kind}; put export (format: onnx) before quantize")
-    source = Path(artifact.path)
-    runtime.check_onnx(source)  # a truncated or foreign file stops here, not inside the quantizer
-    out_dir.mkdir(parents=True, exist_ok=True)
-    int8_dynamic(source, out_dir / "model.onnx", per_channel, reduce_range)
+def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic", per_channel: bool = True,
+        reduce_range: bool | None = None, fuse: bool = True, calibration: str = "minmax",
+        calibration_size: int = 128, max_accuracy_drop: float | None = None, check_sentences: int = 200) -> Artifact:
+    """mode: one mode for every format, or one per format ({onnx: static, tflite: dynamic, torchscript: dynamic}).
+    reduce_range: None takes the target's setting (7-bit weights on x86 without VNNI)."""
+    sources = artifact.all()
+    if artifact.kind == "hf":
+        raise EdgekitError("quantize needs an exported model (onnx, tflite or torchscript); put export before quantize")
+    modes = mode if isinstance(mode, dict) else {a.kind: mode for a in sources.values()}
+    if calibration not in CALIBRATIONS:
+        raise EdgekitError(f"quantize.calibration '{calibration}'; choose from {', '.join(CALIBRATIONS)}")
+    for a in sources.values():
+        if modes.get(a.kind) not in OFFERED[a.kind]:
+            raise EdgekitError(f"quantize.mode {modes.get(a.kind)} is not offered for {a.kind} (offered: "
+                               f"{', '.join(OFFERED[a.kind])}); give another mode, or one per format such as "
+                               f"{{onnx: static, torchscript: dynamic}}")
+    calib = []
+    if "static" in modes.values():
+        calib = [t for t, _ in ctx.splits.train[:calibration_size]]
+        if calibration_size < 1 or not calib:
+            raise EdgekitError("static quantization needs calibration data: the training split is empty or "
+                               "quantize.calibration_size < 1; give data with a train split or use mode: dynamic")
+    if max_accuracy_drop is not None and not (0 <= max_accuracy_drop < 1 and ctx.splits.validation):
+        raise EdgekitError("quantize.max_accuracy_drop needs a value in [0, 1) and a validation split to measure on")
+    by_format = {a.kind: a for a in sources.values()}
+    pairs = targets.pairs(ctx.targets, list(by_format))
+    outputs, done = {}, {}
+    for target, fmt in pairs:
+        source = Path(by_format[fmt].path)
+        folder = out_dir if len(pairs) == 1 else out_dir / f"{target}-{fmt}"
+        settings = {"mode": modes[fmt], "per_channel": per_channel, "fuse": fuse, "calibration": calibration,
+                    **target_settings(target, fmt, reduce_range)}
+        same = done.get(json.dumps([fmt, settings], sort_keys=True))
+        if same:  # another target with identical settings: the same file, hard-linked
+            folder.mkdir(parents=True, exist_ok=True)
+            for f in Path(same.path).parent.iterdir():
+                (folder / f.name).unlink(missing_ok=True)
+                os.link(f, folder / f.name)
+            meta = json.loads((folder / "model.json").read_text())
+            write_json(folder / "model.json", dict(meta, target=target))
+            outputs[f"{target}-{fmt}"] = Artifact(folder / FILES[fmt], fmt, dict(same.metrics))
+            continue
+        with quiet():
+            out = quantize_one(source, folder, fmt, target, settings, calib, ctx, max_accuracy_drop)
+        out.metrics.update(compare(runtime.load(source), runtime.load(out.path), ctx.splits.test[:check_sentences]),
+                           size_mb=size_mb(out), size_ratio=round(size_mb(out) / size_mb(by_format[fmt]), 4),
+                           params=by_format[fmt].metrics.get("params"))
+        outputs[f"{target}-{fmt}"] = done[json.dumps([fmt, settings], sort_keys=True)] = out
+    first = next(iter(outputs.values()))
+    return Artifact(first.path, first.kind, first.metrics, outputs if len(outputs) > 1 else {})
+
+
+def target_settings(target: str, fmt: str, reduce_range) -> dict:
+    t = targets.TARGETS[target]
+    if fmt == "onnx":
+        return {"reduce_range": t["reduce_range"] if reduce_range is None else reduce_range,
+                "activations": t["static_activations"]}
+    if fmt == "torchscript":
+        return {"engine": t["torch_engine"]}
+    return {}
+
+
+def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: dict, calib: list, ctx,
+                 max_drop) -> Artifact:
+    """Quantize one file into `folder` (model, model.json, tokenizer), within max_drop when it is given."""
+    runtime.load(source)  # a truncated or foreign file stops here, with one line, not inside a quantizer
+    folder.mkdir(parents=True, exist_ok=True)
     meta = json.loads((source.parent / "model.json").read_text())
-    shutil.copy(source.parent / meta["tokenizer"], out_dir / meta["tokenizer"])
-    meta["quantization"] = {"tool": "onnxruntime", "mode": mode, "weights": "int8", "per_channel": per_channel,
-                            "reduce_range": reduce_range}
-    write_json(out_dir / "model.json", meta)
-    quantized = Artifact(out_dir / "model.onnx", "onnx", {"params": artifact.metrics.get("params")})
-    check = compare(runtime.OnnxModel(source), runtime.OnnxModel(out_dir / "model.onnx"), ctx.splits.test[:check_sentences])
-    quantized.metrics.update(check, size_mb=size_mb(quantized))
-    return quantized
+    shutil.copy(source.parent / meta["tokenizer"], folder / meta["tokenizer"])
+    write_json(folder / "model.json", dict(meta, target=target))  # sidecar first: runtime.load reads it
+    target_file = folder / FILES[fmt]
+    mode, report = settings["mode"], {}
+    quantize_file(source, target_file, fmt, settings, calib, meta)
+    if max_drop is not None:
+        examples = ctx.splits.validation[:1000]
+        base = accuracy(runtime.load(source), examples, 64, False, "")
+        drop = round(base - accuracy(runtime.load(target_file), examples, 64, False, ""), 4)
+        report = {"fp32_accuracy": base, "first_drop": drop, "kept_float": [], "method_changes": []}
+        if drop > max_drop and fmt == "onnx":
+            drop, report["kept_float"] = keep_sensitive_in_float(source, target_file, settings, calib, meta, examples,
+                                                                 base, max_drop, ctx)
+        while drop > max_drop and fmt != "onnx" and FALLBACK.get(mode) in OFFERED[fmt]:
+            report["method_changes"].append(f"{mode} -> {FALLBACK[mode]}")
+            mode = FALLBACK[mode]
+            quantize_file(source, target_file, fmt, dict(settings, mode=mode), calib, meta)
+            drop = round(base - accuracy(runtime.load(target_file), examples, 64, False, ""), 4)
+        report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
+                      drop_measured_on=f"validation ({len(examples)} sentences)")
+    quantization = {"tool": {"onnx": "onnxruntime", "tflite": "ai-edge-quantizer", "torchscript": "torch.ao"}[fmt],
+                    **settings, "mode": mode, "weights": "fp16" if mode == "fp16" else "int8",
+                    "activations": {"static": "int8", "dynamic": "int8 (dynamic)", "fp16": "fp16"}[mode]
+                    if fmt != "tflite" or mode != "fp16" else "fp32", **report}
+    write_json(folder / "model.json", dict(meta, target=target, quantization=quantization))
+    return Artifact(target_file, fmt, {"quantization": quantization})
 
 
-def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_range: bool = False) -> None:
+def quantize_file(source: Path, target: Path, fmt: str, settings: dict, calib: list, meta: dict,
+                  exclude: list = ()) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    if fmt == "onnx":
+        onnx_quantize(source, tmp, settings, calib, meta, exclude)
+    elif fmt == "tflite":
+        tflite_quantize(source, tmp, settings["mode"], calib, meta)
+    else:
+        torchscript_quantize(meta, tmp, settings["engine"])
+    os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def quiet():
+    """The quantizers warn on the root logger once per tensor (shared buffers, 1-D weights); what matters is
+    checked afterwards against the FP32 model instead."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+
+
+# --- ONNX -------------------------------------------------------------------------------------------------------
+
+def onnx_quantize(source: Path, target: Path, settings: dict, calib: list, meta: dict, exclude=(), only=None) -> None:
+    import onnx
+
+    prepared = target.with_name(target.name + ".prepared")
+    try:
+        if settings["mode"] == "fp16":
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            model = fused(source) if settings["fuse"] else onnx.load(str(source))
+            onnx.save(convert_float_to_float16(model, keep_io_types=True), str(target))
+            return
+        if settings["mode"] == "dynamic":
+            onnx.save(fused(source) if settings["fuse"] else onnx.load(str(source)), str(prepared))
+            int8_dynamic(prepared, target, settings["per_channel"], settings["reduce_range"], exclude, only, prep=False)
+        else:  # QDQ on the plain graph: ONNX Runtime fuses QDQ patterns itself when it loads the file
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+
+            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+            int8_static(prepared, target, settings, calib, meta, exclude, only)
+    finally:
+        prepared.unlink(missing_ok=True)
+
+
+def fused(source: Path):
+    """ONNX Runtime's transformer optimizer: Attention, SkipLayerNormalization, EmbedLayerNormalization, Gelu
+    fused in the graph file (num_heads and hidden size read from the graph), so INT8 keeps the fused kernels."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    return optimize_model(str(source), model_type="bert", num_heads=0, hidden_size=0, opt_level=1).model
+
+
+def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_range: bool = False, exclude=(),
+                 only=None, prep: bool = True) -> None:
     """ONNX Runtime dynamic INT8 of `source` written to `target` (through a temporary file)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    tmp = target.with_name(target.name + ".q.tmp")
     prepared = target.with_name(target.name + ".prepared.tmp")
-    tmp = target.with_name(target.name + ".tmp")
-    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-    quantize_dynamic(str(prepared), str(tmp), per_channel=per_channel, reduce_range=reduce_range,
-                     weight_type=QuantType.QInt8)
-    prepared.unlink()
+    if prep:
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel, reduce_range=reduce_range,
+                     weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude), nodes_to_quantize=only,
+                     extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
+    prepared.unlink(missing_ok=True)
     os.replace(tmp, target)
+
+
+def int8_static(source: Path, target: Path, settings: dict, calib: list, meta: dict, exclude=(), only=None) -> None:
+    """Static INT8 in QDQ form: activation ranges from `calib` sentences (minmax, entropy or percentile)."""
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
+        quantize_static
+
+    encode = runtime.SidecarTokenizer(source).encode  # model.json and tokenizer lie beside `source`
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([encode([t]) for t in calib])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+              "percentile": CalibrationMethod.Percentile}[settings["calibration"]]
+    activation = QuantType.QInt8 if settings["activations"] == "int8" else QuantType.QUInt8
+    tmp = target.with_name(target.name + ".q.tmp")
+    quantize_static(str(source), str(tmp), Reader(), quant_format=QuantFormat.QDQ, activation_type=activation,
+                    weight_type=QuantType.QInt8, per_channel=settings["per_channel"],
+                    reduce_range=settings["reduce_range"], calibrate_method=method, nodes_to_exclude=list(exclude),
+                    nodes_to_quantize=only, extra_options={"ActivationSymmetric": False, "WeightSymmetric": True,
+                                                           "DefaultTensorType": 1})
+    os.replace(tmp, target)
+
+
+QUANTIZABLE = ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization")
+
+
+def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: list, meta: dict, examples: list,
+                            base: float, max_drop: float, ctx):
+    """Order the quantizable nodes by how much quantizing each alone moves the logits, then keep the worst in
+    float (1, 2, 4, ... of them) until the accuracy drop holds. Returns (drop, kept node names)."""
+    import onnx
+    from tqdm import tqdm
+
+    prepared = target.with_name("prepared.onnx.tmp")
+    probe = target.with_name("probe.onnx")
+    if settings["mode"] == "dynamic":
+        onnx.save(fused(source) if settings["fuse"] else onnx.load(str(source)), str(prepared))
+    else:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    nodes = [n.name for n in onnx.load(str(prepared)).graph.node if n.op_type in QUANTIZABLE and n.name]
+    sample = [t for t, _ in (ctx.splits.validation[:64])]
+    reference = runtime.load(source)
+    batch = reference.encode(sample)
+    want = reference.logits(batch)
+    errors = {}
+    try:
+        for name in tqdm(nodes, desc="sensitivity", unit="node", disable=not ctx.progress):
+            if settings["mode"] == "dynamic":
+                int8_dynamic(prepared, probe, settings["per_channel"], settings["reduce_range"], only=[name], prep=False)
+            else:
+                int8_static(prepared, probe, settings, calib[:32], meta, only=[name])
+            errors[name] = float(np.abs(runtime.OnnxModel(probe).logits(batch) - want).mean())
+        order = sorted(nodes, key=lambda n: -errors[n])
+        drop = None
+        for k in sorted({min(2 ** i, len(order)) for i in range(len(order).bit_length() + 1)}):
+            quantize_file(source, target, "onnx", settings, calib, meta, exclude=order[:k])
+            drop = round(base - accuracy(runtime.load(target), examples, 64, False, ""), 4)
+            if drop <= max_drop:
+                return drop, order[:k]
+        return drop, order
+    finally:
+        prepared.unlink(missing_ok=True)
+        probe.unlink(missing_ok=True)
+
+
+# --- TFLite -----------------------------------------------------------------------------------------------------
+
+def tflite_quantize(source: Path, target: Path, mode: str, calib: list, meta: dict) -> None:
+    from ai_edge_quantizer import qtyping, quantizer, recipe, recipe_manager
+    from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+    if mode == "dynamic":
+        chosen = recipe.dynamic_wi8_afp32()
+    elif mode == "static":
+        chosen = recipe.static_wi8_ai8()
+    else:
+        manager = recipe_manager.RecipeManager()
+        manager.add_weight_only_config(regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED, num_bits=16,
+                                       algorithm_key=AlgorithmName.FLOAT_CASTING)
+        chosen = manager.get_quantization_recipe()
+    q = quantizer.Quantizer(str(source), chosen)
+    result = None
+    if q.need_calibration:
+        tokenizer = runtime.SidecarTokenizer(source)
+        data = {}
+        for b in meta["buckets"]:
+            rows = []
+            for text in calib:
+                enc = tokenizer.encode([text], max_length=b)
+                ids = np.full((1, b), meta["pad_id"], dtype=np.int32)
+                mask = np.zeros((1, b), dtype=np.int32)
+                n = enc["input_ids"].shape[1]
+                ids[0, :n], mask[0, :n] = enc["input_ids"][0], 1
+                rows.append({meta["inputs"][0]["name"]: ids, meta["inputs"][1]["name"]: mask})
+            data[meta["signatures"][str(b)]] = rows
+        result = q.calibrate(data, num_threads=os.cpu_count() or 1)
+    q.quantize(result, enable_progress_bar=False, enable_progress_report=False).export_model(str(target), overwrite=True)
+
+
+# --- TorchScript ------------------------------------------------------------------------------------------------
+
+def torchscript_quantize(meta: dict, target: Path, engine: str) -> None:
+    """Dynamic INT8 Linear layers and 8-bit embedding rows (torch.ao), traced again for the target's engine."""
+    import torch
+
+    from edgekit import families
+    from edgekit.stages.export import to_torchscript
+
+    source = Path(meta.get("source", ""))
+    if not (source / "config.json").is_file():
+        raise EdgekitError(f"TorchScript INT8 re-traces the transformers model it was exported from, and "
+                           f"{source} is gone; run export again")
+    if engine not in torch.backends.quantized.supported_engines:
+        raise EdgekitError(f"this torch has no '{engine}' quantized engine (has: "
+                           f"{', '.join(torch.backends.quantized.supported_engines)})")
+    torch.backends.quantized.engine = engine
+    model = families.load_model(source).eval()
+    words = next(n for n, m in model.named_modules() if m is model.get_input_embeddings())  # the big table only
+    spec = {torch.nn.Linear: torch.ao.quantization.default_dynamic_qconfig,
+            words: torch.ao.quantization.float_qparams_weight_only_qconfig}
+    model = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])  # any ids inside the vocabulary: tracing needs shapes
+    to_torchscript(model, (ids, (ids != 0).long()), target)

@@ -1,0 +1,116 @@
+"""Every quantization edgekit offers, on one fine-tuned model, in one run: size, accuracy and latency per format.
+
+The model is the fine-tuned teacher of a finished run (minilm-l6 on rt-polarity for distilbert-int8). It is
+exported FP32 to ONNX, TFLite (buckets 32/64/128, and a fixed-128 copy) and TorchScript, then quantized in each
+mode. Latency: batch 1, 1 thread, p50 at 128 tokens and on real test sentences, the median over interleaved
+rounds in clean processes. Accuracy: the whole test split. Checks the targets of the quantize/export issue:
+
+- ONNX INT8 >= 2.2x faster than ONNX FP32 at 128 tokens, accuracy drop <= 0.5 points;
+- TFLite INT8 >= 2.5x faster than TFLite FP32;
+- each format's INT8 artifact <= 26% of its FP32 size;
+- bucketed TFLite >= 2x faster than fixed-128 TFLite on the real (short) test sentences.
+
+    python bench/quantize.py artifacts/distilbert-int8 [--rounds 3] [--runs 50] [--out bench/results]
+"""
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from edgekit import pipeline, runtime
+from edgekit.artifact import size_mb
+from edgekit.stages import bench, evaluate, export, quantize
+
+VARIANTS = (  # (name, format, quantize settings or None for FP32)
+    ("ONNX FP32", "onnx", None),
+    ("ONNX dynamic INT8, plain graph (what ORT's quantize_dynamic gives)", "onnx", {"mode": "dynamic", "fuse": False}),
+    ("ONNX dynamic INT8, fused graph (edgekit default)", "onnx", {"mode": "dynamic"}),
+    ("ONNX static INT8 QDQ (minmax, 128 sentences)", "onnx", {"mode": "static"}),
+    ("ONNX FP16", "onnx", {"mode": "fp16"}),
+    ("TFLite FP32 (buckets 32/64/128)", "tflite", None),
+    ("TFLite dynamic-range INT8", "tflite", {"mode": "dynamic"}),
+    ("TFLite full-integer INT8 (128 sentences)", "tflite", {"mode": "static"}),
+    ("TFLite FP16 weights", "tflite", {"mode": "fp16"}),
+    ("TorchScript FP32", "torchscript", None),
+    ("TorchScript dynamic INT8", "torchscript", {"mode": "dynamic"}),
+)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="a finished run folder whose first stage is finetune")
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    a = p.parse_args(argv)
+    run = a.run.resolve()
+    manifest, ctx = pipeline.context_of(run)
+    work = run / "bench-quantize"
+    fp32 = {f: export.run(ctx.teacher, work / f"fp32-{f}", ctx, format=f) for f in ("onnx", "tflite", "torchscript")}
+    fixed = export.run(ctx.teacher, work / "fp32-tflite-fixed128", ctx, format="tflite", buckets=[128])
+    models = []
+    for name, fmt, settings in VARIANTS:
+        if settings is None:
+            models.append((name, fmt, fp32[fmt]))
+            continue
+        slug = f"{fmt}-{settings['mode']}" + ("-plain" if settings.get("fuse") is False else "")
+        models.append((name, fmt, quantize.run(fp32[fmt], work / slug, replace(ctx, targets=["x86"]), **settings)))
+    models.append(("TFLite FP32 fixed at 128 tokens", "tflite", fixed))
+    texts = work / "sentences.txt"
+    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:a.runs]))
+    latencies = bench.measure_interleaved([m.path for _, _, m in models], rounds=a.rounds, seq_len=128, threads=1,
+                                          runs=a.runs, warmup=5, texts=texts)
+    rows = []
+    for (name, fmt, m), lat in zip(models, latencies):
+        acc = evaluate.accuracy(runtime.load(m.path), ctx.splits.test, 64, True, name[:40])
+        rows.append({"model": name, "format": fmt, "path": str(m.path), "size_mb": size_mb(m), "accuracy": acc,
+                     "quantization": m.metrics.get("quantization"), "label_agreement_vs_fp32": m.metrics.get("label_agreement"),
+                     "latency_ms_p50_128": lat["fixed"]["p50"], "latency_ms_p90_128": lat["fixed"]["p90"],
+                     "latency_ms_p50_sentences": lat["sentences"]["p50"], "p50_128_by_round": lat["fixed_p50_by_round"]})
+    by = {r["model"]: r for r in rows}
+    for r in rows:
+        base = by[next(n for n, f, s in VARIANTS if f == r["format"] and s is None)]
+        r["speedup_vs_fp32_same_format"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
+        r["size_vs_fp32"] = round(r["size_mb"] / base["size_mb"], 4)
+        r["accuracy_drop_points"] = round(100 * (base["accuracy"] - r["accuracy"]), 2)
+    onnx8, tfl8 = by[VARIANTS[2][0]], by[VARIANTS[6][0]]
+    tfl_fp32, tfl_fixed = by[VARIANTS[5][0]], by["TFLite FP32 fixed at 128 tokens"]
+    int8_rows = [by[VARIANTS[2][0]], by[VARIANTS[6][0]], by[VARIANTS[10][0]]]
+    checks = [
+        ("ONNX INT8 speed-up vs ONNX FP32 @128", onnx8["speedup_vs_fp32_same_format"], ">=", 2.2),
+        ("ONNX INT8 accuracy drop (points)", onnx8["accuracy_drop_points"], "<=", 0.5),
+        ("TFLite INT8 speed-up vs TFLite FP32 @128", tfl8["speedup_vs_fp32_same_format"], ">=", 2.5),
+        *[(f"{r['model']}: size vs its FP32", r["size_vs_fp32"], "<=", 0.26) for r in int8_rows],
+        ("bucketed TFLite vs fixed-128 on real sentences",
+         round(tfl_fixed["latency_ms_p50_sentences"] / tfl_fp32["latency_ms_p50_sentences"], 2), ">=", 2.0),
+    ]
+    checks = [{"check": c, "actual": v, "op": op, "target": t, "met": v >= t if op == ">=" else v <= t}
+              for c, v, op, t in checks]
+    result = {"run": str(run), "model": f"{manifest['recipe']['teacher']} fine-tuned ({ctx.teacher.path})",
+              "test_examples": len(ctx.splits.test), "threads": 1, "batch": 1, "runs": a.runs, "rounds": a.rounds,
+              "rows": rows, "checks": checks}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "quantize.json").write_text(json.dumps(result, indent=2))
+    table = markdown(result)
+    (a.out / "quantize.md").write_text(table)
+    print(table)
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Model: {result['model']}; {result['test_examples']} test sentences; batch 1, 1 thread; latency is the "
+             f"median over {result['rounds']} interleaved rounds of {result['runs']} runs.", "",
+             "| artifact | size MB | vs FP32 size | accuracy | drop (pts) | p50 ms @128 | p90 ms @128 | p50 ms sentences "
+             "| speed-up vs FP32 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['size_vs_fp32']:.1%} | {r['accuracy']:.4f} | "
+                     f"{r['accuracy_drop_points']:.2f} | {r['latency_ms_p50_128']:.2f} | {r['latency_ms_p90_128']:.2f} | "
+                     f"{r['latency_ms_p50_sentences']:.2f} | {r['speedup_vs_fp32_same_format']:.2f}x |")
+    lines += ["", "| target | actual | bound | met |", "|---|---:|---:|---|"]
+    lines += [f"| {c['check']} | {c['actual']:g} | {c['op']} {c['target']:g} | {'yes' if c['met'] else 'NO'} |"
+              for c in result["checks"]]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Quantize and export per target: every format's INT8 artifact, checked, named in the manifest, runnable in
+its plain runtime; accuracy-aware quantization; bad input."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from edgekit import data, pipeline, recipe, runtime, testing
+from edgekit.artifact import Artifact
+from edgekit.errors import EdgekitError
+from edgekit.pipeline import Context
+from edgekit.stages import export, quantize
+
+
+def context(model_dir, csv_file, targets=("x86",)):
+    return Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False, list(targets))
+
+
+def test_targets_get_one_artifact_per_format_in_the_manifest_each_runnable_without_edgekit(tmp_path, model_dir,
+                                                                                         csv_file):
+    pytest.importorskip("ai_edge_quantizer")
+    text = testing.tiny_recipe(model_dir, csv_file, stages=("export", "quantize", "evaluate"))
+    path = tmp_path / "r.yaml"
+    path.write_text(text.replace("quantize: {", "quantize: {mode: static, calibration_size: 16, ")
+                    .replace("export: {", "export: {buckets: [16, 32], "))
+    manifest = pipeline.run(recipe.load(str(path), ["targets=[x86, arm64]"]), tmp_path / "run", progress=False)
+    exported = manifest["stages"][0]["output"]["outputs"]
+    assert set(exported) == {"onnx", "tflite"}  # auto: what x86 and arm64 run
+    outputs = manifest["final"]["outputs"]
+    assert set(outputs) == {"x86-onnx", "x86-tflite", "arm64-onnx", "arm64-tflite"}
+    assert {b.get("artifact") for b in manifest["budgets"]} == set(outputs)
+    for name, out in outputs.items():
+        meta = json.loads((tmp_path / "run" / out["path"]).with_name("model.json").read_text())
+        assert meta["target"] == name.split("-")[0] and meta["quantization"]["mode"] == "static"
+        assert out["metrics"]["label_agreement"] >= 0.9 and out["metrics"]["accuracy"] > 0.4
+    graph = onnx.load(str(tmp_path / "run" / outputs["x86-onnx"]["path"])).graph
+    assert sum(n.op_type == "QuantizeLinear" for n in graph.node) > 5  # QDQ really inserted
+    script = f"""
+import json, sys, numpy as np, onnxruntime as ort
+from ai_edge_litert.interpreter import Interpreter
+from tokenizers import Tokenizer
+run = {str(tmp_path / "run")!r}
+outs = {json.dumps({n: o["path"] for n, o in outputs.items()})}
+for name, rel in outs.items():
+    folder = run + "/" + rel.rsplit("/", 1)[0]
+    meta = json.load(open(folder + "/model.json"))
+    ids = Tokenizer.from_file(folder + "/" + meta["tokenizer"]).encode("a great movie").ids
+    if meta["format"] == "onnx":
+        x = np.array([ids], dtype=np.int64)
+        y = ort.InferenceSession(run + "/" + rel).run(None, {{"input_ids": x, "attention_mask": np.ones_like(x)}})[0]
+    else:
+        b = meta["buckets"][0]
+        x = np.zeros((1, b), dtype=np.int32); x[0, :len(ids)] = ids
+        m = (x != 0).astype(np.int32)
+        runner = Interpreter(run + "/" + rel).get_signature_runner(meta["signatures"][str(b)])
+        y = next(iter(runner(args_0=x, args_1=m).values()))
+    assert y.shape == (1, 2), y.shape
+assert not any(m.startswith("edgekit") for m in sys.modules)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip().endswith("ok"), done.stderr[-800:]
+
+
+def test_torchscript_dynamic_int8_quantizes_linear_and_word_embeddings(tmp_path, model_dir, csv_file):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "ts", ctx, format="torchscript", check_sentences=16)
+    int8 = quantize.run(fp32, tmp_path / "q", ctx, check_sentences=16)
+    assert int8.kind == "torchscript" and int8.metrics["label_agreement"] >= 0.9
+    assert int8.metrics["quantization"]["engine"] == "x86"
+    code = str(runtime.load(int8.path).module.code) + "".join(
+        str(m.code) for m in runtime.load(int8.path).module.modules() if hasattr(m, "code"))
+    assert "quantized" in code
+    script = f"""
+import sys, torch
+m = torch.jit.load({str(int8.path)!r})
+y = m(torch.tensor([[2, 5, 6, 3]]), torch.ones(1, 4, dtype=torch.long))
+assert tuple(y.shape) == (1, 2) and not any(k.startswith("edgekit") for k in sys.modules)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr[-800:]
+
+
+def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(tmp_path, model_dir, csv_file,
+                                                                              monkeypatch):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=16)
+    excluded, quantize_file = [], quantize.quantize_file
+
+    def recording(source, target, fmt, settings, calib, meta, exclude=()):
+        excluded.append(list(exclude))
+        return quantize_file(source, target, fmt, settings, calib, meta, exclude)
+
+    def fake_accuracy(model, examples, *args):  # the drop holds once 2 or more nodes stay float
+        return 0.9 if model.path == fp32.path or len(excluded[-1]) >= 2 else 0.5
+
+    monkeypatch.setattr(quantize, "quantize_file", recording)
+    monkeypatch.setattr(quantize, "accuracy", fake_accuracy)
+    out = quantize.run(fp32, tmp_path / "q", ctx, fuse=False, max_accuracy_drop=0.01, check_sentences=16)
+    q = out.metrics["quantization"]
+    assert excluded[:3] == [[], excluded[1][:1], excluded[2][:2]] and len(excluded[2]) == 2  # 1, then 2 kept float
+    assert q["first_drop"] == pytest.approx(0.4) and q["met"] and q["accuracy_drop"] == 0
+    assert q["kept_float"] == excluded[2]
+    before = {n.name: (n.op_type, list(n.input)) for n in onnx.load(str(fp32.path)).graph.node}
+    after = {n.name: (n.op_type, list(n.input)) for n in onnx.load(str(out.path)).graph.node}
+    assert all(after[name] == before[name] for name in q["kept_float"])  # untouched, float, in the written file
+    assert sum(after.get(n) != before[n] for n in before if before[n][0] == "MatMul") > 2  # the rest is INT8
+    meta = json.loads(out.path.with_name("model.json").read_text())
+    assert meta["quantization"]["kept_float"] == q["kept_float"]
+
+
+def test_tflite_steps_down_to_a_milder_method_when_the_drop_is_too_large(tmp_path, model_dir, csv_file, monkeypatch):
+    pytest.importorskip("ai_edge_quantizer")
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "t", ctx, format="tflite", buckets=[32], check_sentences=8)
+
+    def fake_accuracy(model, examples, *args):  # full-integer loses 5 points, dynamic-range holds
+        full_integer = model.interpreter.get_output_details()[0]["dtype"] != np.float32
+        return 0.85 if model.path != fp32.path and full_integer else 0.9
+
+    monkeypatch.setattr(quantize, "accuracy", fake_accuracy)
+    out = quantize.run(fp32, tmp_path / "q", ctx, mode="static", calibration_size=8, max_accuracy_drop=0.01,
+                       check_sentences=8)
+    q = out.metrics["quantization"]
+    assert q["method_changes"] == ["static -> dynamic"] and q["mode"] == "dynamic" and q["met"]
+
+
+def test_bad_quantize_input_is_one_line_and_leaves_no_model(tmp_path, model_dir, csv_file):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=8)
+    with pytest.raises(EdgekitError, match="static quantization needs calibration data") as e:
+        quantize.run(fp32, tmp_path / "q1", ctx, mode="static", calibration_size=0)
+    assert "\n" not in str(e.value) and not (tmp_path / "q1" / "model.onnx").exists()
+    ts = export.run(Artifact(model_dir, "hf"), tmp_path / "ts", ctx, format="torchscript", check_sentences=8)
+    with pytest.raises(EdgekitError, match="fp16 is not offered for torchscript"):
+        quantize.run(ts, tmp_path / "q2", ctx, mode="fp16")
+    fp32.path.write_bytes(fp32.path.read_bytes()[:3000])  # truncated
+    with pytest.raises(EdgekitError, match="not a valid ONNX model"):
+        quantize.run(fp32, tmp_path / "q3", ctx)
+    assert not (tmp_path / "q3" / "model.onnx").exists()
+    ts.path.write_bytes(b"not a zip")
+    with pytest.raises(EdgekitError, match="torch.jit cannot load"):
+        quantize.run(ts, tmp_path / "q4", ctx)
+
+
+def test_a_sequence_longer_than_the_model_accepts_is_refused(tmp_path, model_dir, csv_file):
+    ctx = context(model_dir, csv_file)
+    model = runtime.load(export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=8).path)
+    ids = np.ones((1, 40), dtype=np.int64)
+    with pytest.raises(EdgekitError, match="the input has 40 tokens; this model accepts at most 32"):
+        model.logits({"input_ids": ids, "attention_mask": ids})
+    assert model(["good " * 100])["probs"].shape == (1, 2)  # texts are truncated by encode()
