@@ -94,7 +94,8 @@ def build_parser():
     b.add_argument("run", help="a finished run folder")
     b.add_argument("--target", default="local", help="a target name: local, qemu-arm64, or one from --targets/recipe")
     b.add_argument("--targets", metavar="FILE", help="a YAML file of targets (kind: local|ssh|adb|qemu-arm64)")
-    b.add_argument("--model", help="an output name of the final stage (arm64-tflite) or a model file (default: the final model)")
+    b.add_argument("--model", help="an output name of the final stage (arm64-tflite) or a model file "
+                                   "(default: the final model)")
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=cmd_bench)
     for s in (c, r, a, g, rp, cp, sw, b):

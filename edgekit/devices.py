@@ -240,7 +240,8 @@ def ssh_failure(name: str, spec: dict, stderr: str) -> str:
 
 
 def run_ssh(name: str, spec: dict, job: Path) -> dict:
-    workdir = spec.get("workdir", f"/tmp/edgekit-bench-{name}")
+    home = spec.get("workdir", f"/tmp/edgekit-bench-{name}")
+    workdir = f"{home}/job"  # replaced on every run; only this folder is ever removed
     timeout = spec.get("timeout_s", 1800)
     python = spec.get("python", "python3")
     check = call(ssh_command(spec, [python, "-c", "import platform; print(platform.machine())"]), name,
@@ -257,7 +258,7 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
         raise EdgekitError(f"target {name}: copying to {spec['host']}:{workdir} failed "
                            f"({send.stderr.decode(errors='replace').strip()[-160:]}); check free space and permissions")
     if spec.get("venv"):
-        python = ssh_venv(name, spec, workdir, python, timeout)
+        python = ssh_venv(name, spec, home, python, timeout)
     command = (f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m device_bench "
                + shlex.join(runner_args(spec, workdir)))
     done = call(ssh_command(spec, command), name, "run the benchmark", timeout, text=True)
@@ -269,10 +270,10 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
     return read_result(name, fetched.stdout if fetched.returncode == 0 else "")
 
 
-def ssh_venv(name: str, spec: dict, workdir: str, python: str, timeout: int) -> str:
-    """A virtual environment in the job's parent folder, kept between runs: the runner's pinned packages."""
-    venv = f"{workdir}-venv"
-    reqs = f"{workdir}/device_bench/requirements-{'tflite' if spec['_format'] == 'tflite' else 'onnx'}.txt"
+def ssh_venv(name: str, spec: dict, home: str, python: str, timeout: int) -> str:
+    """A virtual environment beside the job (HOME/venv), kept between runs: the runner's pinned packages."""
+    venv = f"{home}/venv"
+    reqs = f"{home}/job/device_bench/requirements-{'tflite' if spec['_format'] == 'tflite' else 'onnx'}.txt"
     pip_args = [str(a) for a in spec.get("pip_args", [])]
     command = (f"test -x {shlex.quote(venv)}/bin/python || {shlex.quote(python)} -m venv --without-pip "
                f"{shlex.quote(venv)} && {shlex.quote(python)} -m pip --python {shlex.quote(venv + '/bin/python')} "
@@ -339,7 +340,7 @@ def parse_benchmark_model(text: str) -> dict:
 
 
 def run_adb(name: str, spec: dict, job: Path) -> dict:
-    workdir = spec.get("workdir", "/data/local/tmp/edgekit-bench")
+    workdir = spec.get("workdir", "/data/local/tmp/edgekit-bench") + "/job"
     timeout = spec.get("timeout_s", 1800)
     state = call(adb_base(spec) + ["get-state"], name, "talk to the device", 30, text=True)
     if state.returncode != 0 or state.stdout.strip() != "device":
