@@ -129,11 +129,18 @@ def summary(manifest: dict) -> str:
         rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.1f')} | "
                     f"{fmt(m.get('accuracy'), '.4f')} | {fmt(m.get('latency_ms_p50'), '.2f')} |")
     final = manifest["final"]["metrics"]
+    if manifest["final"].get("outputs"):  # one artifact per target and format
+        rows += ["", "| artifact | path | size MB | accuracy | latency p50 ms |", "|---|---|---:|---:|---:|"]
+        for name, o in manifest["final"]["outputs"].items():
+            m = o["metrics"]
+            rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.1f')} | {fmt(m.get('accuracy'), '.4f')} | "
+                        f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
     rows.append("")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); teacher accuracy "
                 f"{final.get('teacher_accuracy')}, retained {final.get('accuracy_retained')}")
     for b in manifest["budgets"]:
-        rows.append(f"budget {b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
+        where = f"{b['artifact']}: " if "artifact" in b else ""
+        rows.append(f"budget {where}{b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
                     f"{'ok' if b['ok'] else 'OVER BUDGET'}")
     return "\n".join(rows)
 

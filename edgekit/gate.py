@@ -71,36 +71,46 @@ def check(path, budgets: list, target: str = None) -> list:
         raise EdgekitError(f"{run} is missing stage outputs ({missing[0]} and {len(missing) - 1} more); "
                            f"re-run the recipe to restore them")
     metrics = dict(manifest["final"]["metrics"])
+    targets = manifest.get("targets") or {}
     if target:
-        targets = manifest.get("targets") or {}
         if target not in targets:
             raise EdgekitError(f"{run} has no results for target '{target}'; targets with results: "
                                f"{', '.join(targets) or 'none'}")
         metrics.update(targets[target].get("metrics", {}))
-    final_path = Path(manifest["final"]["path"])
-    metrics["size_mb"] = weights_mb(final_path if final_path.is_absolute() else run / final_path)
     if not budgets:
         budgets = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
         if not budgets:
             raise UsageError("the run's recipe has no budgets; give --max-size-mb, --max-latency-ms-p90, "
                              "--min-accuracy-retained or --budget METRIC<=N")
+    artifacts = {None: (manifest["final"], metrics)}
+    if manifest["final"].get("outputs"):  # one artifact per target and format: every one must hold
+        artifacts = {name: (o, {**o["metrics"], **(targets[target].get("metrics", {}) if target else {})})
+                     for name, o in manifest["final"]["outputs"].items()}
     rows = []
-    for metric, op, bound in budgets:
-        if not isinstance(metrics.get(metric), (int, float)):
-            raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
-                               f"accuracy, bench for latency and memory) or drop that budget")
-        rows.append(recipes.budget_row(metric, op, bound, metrics[metric]))
+    for name, (entry, measured) in artifacts.items():
+        path = Path(entry["path"])
+        measured = dict(measured, size_mb=weights_mb(path if path.is_absolute() else run / path))
+        for metric, op, bound in budgets:
+            if not isinstance(measured.get(metric), (int, float)):
+                raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
+                                   f"accuracy, bench for latency and memory) or drop that budget")
+            row = recipes.budget_row(metric, op, bound, measured[metric])
+            rows.append(row if name is None else dict(row, artifact=name))
     return rows
 
 
+def label(row: dict) -> str:
+    return f"{row['artifact']}: {row['metric']}" if "artifact" in row else row["metric"]
+
+
 def lines(rows: list) -> list:
-    return [f"{r['metric']:22s} {r['actual']:>10g} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}"
+    return [f"{label(r):22s} {r['actual']:>10g} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}"
             for r in rows]
 
 
 def markdown(rows: list, title: str) -> str:
     out = [f"### edgekit gate: {title}", "", "| metric | actual | budget | ok |", "|---|---:|---:|---|"]
-    out += [f"| {r['metric']} | {r['actual']:g} | {r['op']} {r['target']:g} | {'✅' if r['ok'] else '❌'} |" for r in rows]
+    out += [f"| {label(r)} | {r['actual']:g} | {r['op']} {r['target']:g} | {'✅' if r['ok'] else '❌'} |" for r in rows]
     return "\n".join(out) + "\n"
 
 
@@ -108,7 +118,7 @@ def junit(rows: list, title: str) -> str:
     failures = sum(not r["ok"] for r in rows)
     cases = []
     for r in rows:
-        name = quoteattr(f"{r['metric']} {r['op']} {r['target']:g}")
+        name = quoteattr(f"{label(r)} {r['op']} {r['target']:g}")
         actual = quoteattr(f"actual {r['actual']:g}")
         body = "" if r["ok"] else f"<failure message={actual}/>"
         cases.append(f'  <testcase classname="edgekit.gate" name={name}>{body}</testcase>')

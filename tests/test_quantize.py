@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit import data, pipeline, recipe, runtime, testing
+from edgekit import data, gate, pipeline, recipe, runtime, testing
 from edgekit.artifact import Artifact
+from edgekit.cli import summary
 from edgekit.errors import EdgekitError
 from edgekit.pipeline import Context
 from edgekit.stages import export, quantize
@@ -36,6 +37,13 @@ def test_targets_get_one_artifact_per_format_in_the_manifest_each_runnable_witho
         meta = json.loads((tmp_path / "run" / out["path"]).with_name("model.json").read_text())
         assert meta["target"] == name.split("-")[0] and meta["quantization"]["mode"] == "static"
         assert out["metrics"]["label_agreement"] >= 0.9 and out["metrics"]["accuracy"] > 0.4
+    shown = summary(manifest)  # what `edgekit compress` prints
+    assert all(f"| {name} | {out['path']} |" in shown for name, out in outputs.items())
+    assert "budget arm64-tflite: size_mb <= 100" in shown
+    rows = gate.check(tmp_path / "run", [("size_mb", "<=", 100.0), ("accuracy", ">=", 0.99)])  # the CI gate
+    assert sorted((r["artifact"], r["metric"]) for r in rows) == sorted(
+        (name, m) for name in outputs for m in ("size_mb", "accuracy"))
+    assert all(r["ok"] for r in rows if r["metric"] == "size_mb") and "arm64-tflite: size_mb" in gate.lines(rows)[-2]
     graph = onnx.load(str(tmp_path / "run" / outputs["x86-onnx"]["path"])).graph
     assert sum(n.op_type == "QuantizeLinear" for n in graph.node) > 5  # QDQ really inserted
     script = f"""
