@@ -28,13 +28,19 @@ def exported(tmp_path_factory):
     onnx = export.run(Artifact(model_dir, "hf"), tmp / "onnx", ctx, check_sentences=8).path
     tflite = export.run(Artifact(model_dir, "hf"), tmp / "tfl", ctx, format="tflite", buckets=[16, 32],
                         check_sentences=8).path
+    from edgekit.stages import quantize
+
+    full = tmp / "tfl-int8"  # full-integer TFLite (INT8 activations and logits), as quantize writes for arm64
+    shutil.copytree(tmp / "tfl", full)
+    quantize.tflite_quantize(Path(tflite), full / "model.tflite", "static", [t for t, _ in ctx.splits.train[:40]],
+                             json.loads((full / "model.json").read_text()))
     labelled = tmp / "test.csv"  # the model's own label names (LABEL_0/LABEL_1) for the tiny config
     names = json.loads((Path(onnx).parent / "model.json").read_text())["labels"]
     with open(labelled, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["text", "label"])
         w.writerows((t, names[y]) for t, y in ctx.splits.test + ctx.splits.validation)
-    return {"onnx": Path(onnx), "tflite": Path(tflite), "data": labelled, "tmp": tmp}
+    return {"onnx": Path(onnx), "tflite": Path(tflite), "tflite-int8": full / "model.tflite", "data": labelled}
 
 
 def run_runner(args, cwd=None, python=sys.executable, extra=""):
@@ -51,19 +57,19 @@ def alone(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "tflite"])
+@pytest.mark.parametrize("fmt", ["onnx", "tflite", "tflite-int8"])
 def test_runner_measures_and_predicts_like_edgekit(exported, alone, fmt):
     out = alone / "result.json"
     done = run_runner([str(exported[fmt]), "--data", str(exported["data"]), "--out", str(out), "--runs", "7",
                        "--warmup", "2", "--batch", "4"], cwd=alone)
     assert done.returncode == 0, done.stderr
     r = json.loads(out.read_text())
-    assert r["complete"] is True and r["format"] == fmt and r["runs"] == 7
+    assert r["complete"] is True and r["format"] == fmt.split("-")[0] and r["runs"] == 7
     assert r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"]
     assert set(r["throughput"]) == {"batch_1", "batch_4"} and all(v > 0 for v in r["throughput"].values())
     assert r["size_mb"] == pytest.approx(exported[fmt].stat().st_size / 1e6, abs=1e-3)
     assert r["peak_rss_mb"] >= r["rss_after_load_mb"] > 0 and r["load_s"] > 0
-    assert r["runtime"] == {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}[fmt] and r["runtime_version"] != "?"
+    assert r["runtime"] == {"onnx": "onnxruntime"}.get(fmt, "ai-edge-litert") and r["runtime_version"] != "?"
     assert r["machine"] and r["cpu"] and r["threads"] == 1 and r["emulated"] is False
     with open(exported["data"]) as f:
         rows = list(csv.DictReader(f))

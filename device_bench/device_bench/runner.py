@@ -172,8 +172,11 @@ class TFLiteRunner:
             padded_mask = np.zeros((1, b), dtype=np.int32)
             padded[0, :n] = row_ids[:n]
             padded_mask[0, :n] = 1
-            out = self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask})
-            rows.append(next(iter(out.values()))[0])
+            out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
+            if out.dtype != np.float32:  # full-integer models return quantized logits: scale them back
+                scale, zero = next(iter(self.runners[b].get_output_details().values()))["quantization"]
+                out = (out.astype(np.float32) - zero) * scale
+            rows.append(out)
         return np.stack(rows)
 
 
