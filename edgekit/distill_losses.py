@@ -33,15 +33,16 @@ def layer_map(spec, student_depth: int, teacher_depth: int) -> list:
     return spec
 
 
-def projection(student_width: int, teacher_width: int, allowed: bool, what: str):
-    """A learned student -> teacher width map (TinyBERT's W), or None when the widths agree."""
+def projection(student_width: int, teacher_width: int, allowed: bool, what: str, seed: int = 0):
+    """A learned student -> teacher width map (TinyBERT's W), or None when the widths agree. Its initial weights
+    come from their own generator: the same on every run, whatever ran before (an augmentation cache hit or not)."""
     if student_width == teacher_width:
         return None
     if not allowed:
         raise EdgekitError(f"{what} needs the student width {student_width} mapped to the teacher width "
                            f"{teacher_width}, and distill.projection is false; set projection: true or drop that loss")
     layer = torch.nn.Linear(student_width, teacher_width, bias=False)
-    torch.nn.init.normal_(layer.weight, std=student_width ** -0.5)
+    torch.nn.init.normal_(layer.weight, std=student_width ** -0.5, generator=torch.Generator().manual_seed(seed))
     return layer
 
 

@@ -105,6 +105,7 @@ def test_two_phases_with_projections_and_widths_that_differ(model_dir, csv_file,
 
 
 def test_a_killed_two_phase_run_resumes_to_the_same_student(model_dir, csv_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
     ctx = context(csv_file, model_dir)
     settings = dict(epochs=1, intermediate_epochs=1, batch_size=16, hidden=1.0, checkpoint_every=3, augment=1)
     straight = distill.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, **settings)
@@ -130,6 +131,20 @@ def test_a_killed_two_phase_run_resumes_to_the_same_student(model_dir, csv_file,
     a, b = families.load_model(straight.path).state_dict(), families.load_model(resumed.path).state_dict()
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert straight.metrics["train_loss"] == resumed.metrics["train_loss"]
+
+
+def test_a_run_that_finds_the_augmented_set_cached_ends_where_the_first_ended(model_dir, csv_file, tmp_path,
+                                                                             monkeypatch):
+    """Loading the embedding neighbours must not shift what is drawn afterwards (the projections' start)."""
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    ctx = context(csv_file, model_dir)
+    settings = dict(epochs=1, batch_size=16, student_config=NARROW, hidden=1.0, augment=1)
+    runs = []
+    for name in ("computed", "cached"):
+        torch.manual_seed(0)  # as the pipeline does before every stage
+        runs.append(families.load_model(distill.run(Artifact(model_dir, "hf"), tmp_path / name, ctx, **settings).path))
+    a, b = runs[0].state_dict(), runs[1].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_init_from_chains_a_later_run_from_an_earlier_checkpoint(model_dir, csv_file, tmp_path):

@@ -75,8 +75,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         notes["token_losses"] = "off: the tokenizations differ; logit KD, CE and PKD only"
         weights.update({k: 0.0 for k in TOKEN_LEVEL})
     widths = (model.config.hidden_size, teacher.config.hidden_size)
-    proj_emb = losses.projection(*widths, projection, "distill.embedding") if weights["embedding"] else None
-    proj_hid = losses.projection(*widths, projection, "distill.hidden/pkd/cosine") \
+    proj_emb = losses.projection(*widths, projection, "distill.embedding", ctx.seed) if weights["embedding"] else None
+    proj_hid = losses.projection(*widths, projection, "distill.hidden/pkd/cosine", ctx.seed + 1) \
         if any(weights[k] for k in ("hidden", "pkd", "cosine")) else None
     if weights["attention"]:
         for m in (teacher, model):
