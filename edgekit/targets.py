@@ -4,7 +4,8 @@
 artifact per target and format, each with its own model.json (`target`, `quantization`).
 
 - x86: x86-64 with VNNI (AVX512-VNNI or AVX-VNNI: Intel since Cascade Lake / Alder Lake, AMD since Zen 4).
-  ONNX Runtime's u8s8 kernels use the full 8-bit range there.
+  ONNX Runtime's u8s8 kernels use the full 8-bit range there; static QDQ uses u8 activations (s8s8 QDQ has no
+  fast x86 kernel: 2.7x slower here).
 - x86-avx2: older x86-64 without VNNI. u8s8 products can saturate in VPMADDUBSW, so weights use 7 bits
   (reduce_range), as ONNX Runtime's quantization guide advises.
 - arm64: Raspberry Pi 4/5, phones, Graviton. ONNX Runtime (full range, signed activations for static QDQ) and
@@ -15,7 +16,7 @@ from edgekit.errors import EdgekitError
 FORMATS = ("onnx", "tflite", "torchscript")
 TARGETS = {
     "x86": {"formats": ("onnx", "tflite", "torchscript"), "default": ("onnx",), "reduce_range": False,
-            "static_activations": "int8", "torch_engine": "x86"},
+            "static_activations": "uint8", "torch_engine": "x86"},
     "x86-avx2": {"formats": ("onnx", "tflite", "torchscript"), "default": ("onnx",), "reduce_range": True,
                  "static_activations": "uint8", "torch_engine": "fbgemm"},
     "arm64": {"formats": ("onnx", "tflite"), "default": ("onnx", "tflite"), "reduce_range": False,
