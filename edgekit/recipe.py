@@ -12,7 +12,8 @@ from edgekit import data, stages, targets
 from edgekit.errors import EdgekitError, UsageError
 
 RECIPES = Path(__file__).parent / "recipes"
-TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "targets", "stages", "budgets") + stages.NAMES
+TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "targets", "stages", "budgets",
+            "devices") + stages.NAMES  # devices: where `edgekit bench` runs a finished run (edgekit.devices)
 DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "seed")
 METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90",
            "latency_ms_p99", "peak_rss_mb", "max_abs_diff", "label_agreement")
@@ -94,6 +95,8 @@ def validate(recipe: dict) -> dict:
         except EdgekitError as e:
             errors.append(str(e))
     errors += _check_budgets(recipe)
+    if not isinstance(recipe.setdefault("devices", {}) or {}, dict):
+        errors.append("devices must map device names to settings (kind: local, ssh, adb or qemu-arm64)")
     if errors:
         raise UsageError("; ".join(errors))
     return recipe

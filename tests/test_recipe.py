@@ -24,11 +24,11 @@ def test_data_shorthand_override(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("distill.epoch=1", "unknown key 'epoch'; accepted: layers, epochs"),
+    ("distill.epoch=1", "unknown key 'epoch'; accepted: student, layers"),
     ("distill.lr=fast", "distill.lr must be float"),
     ("bogus=1", "unknown key 'bogus'; accepted: name"),
     ("stages=[export, finetune]", "finetune must be the first stage"),
-    ("stages=[finetune, quantize, export]", "put export (format: onnx) before quantize"),
+    ("stages=[finetune, quantize, export]", "put export before quantize"),
     ("stages=[finetune, export, distill]", "distill cannot follow export"),
     ("stages=[finetune, squash]", "unknown stage 'squash'"),
     ("budgets.speed=<= 3", "unknown metric 'speed'"),
@@ -69,3 +69,14 @@ def test_parse_bound():
     assert recipe.parse_bound("<= 25") == ("<=", 25.0)
     assert recipe.parse_bound(">=0.97") == (">=", 0.97)
     assert recipe.parse_bound("== 3") is None and recipe.parse_bound("<= x") is None
+
+
+def test_targets_and_devices_are_recipe_keys_with_one_line_errors():
+    r = recipe.load("distilbert-int8", ["targets=[x86, arm64]", "devices={pi: {kind: ssh, host: pi.local}}"])
+    assert r["targets"] == ["x86", "arm64"] and r["devices"]["pi"]["host"] == "pi.local"
+    assert recipe.load("distilbert-int8")["targets"] == ["x86"]
+    with pytest.raises(UsageError, match="devices must map device names to settings") as e:
+        recipe.load("distilbert-int8", ["devices=[pi]"])
+    assert "\n" not in str(e.value)
+    with pytest.raises(UsageError, match="export.format 'coreml'"):
+        recipe.load("distilbert-int8", ["export.format=coreml"])
