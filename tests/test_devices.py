@@ -83,6 +83,7 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "local", "runs": "many"}, "runs must be int"),
     ({"kind": "local", "budgets": {"speed": "<= 3"}}, "budget on unknown metric 'speed'"),
     ({"kind": "local", "budgets": {"size_mb": "small"}}, "must be an operator and a number"),
+    ({"kind": "qemu-arm64", "cpu": "max"}, "cpu 'max'; emulated CPUs: cortex-a72"),
 ])
 def test_targets_are_validated(tmp_path, spec, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
@@ -305,6 +306,7 @@ def test_qemu_arm64_runs_int8_onnx_and_tflite_like_x86(run, tmp_path):
         arm = devices.bench(run, "qemu-arm64", model=str(model), progress=False)
         x86 = devices.bench(run, "local", model=str(model), progress=False)
         assert arm["complete"] and arm["emulated"] is True and arm["result"]["machine"] == "aarch64"
+        assert arm["result"]["emulated_cpu"] == "cortex-a72" and arm["result"]["cpu"] == "Cortex-A72 (part 0xd08)"
         assert arm["result"]["runtime"] == {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}[fmt]
         assert x86["result"]["machine"] == "x86_64" or x86["result"]["machine"] != "aarch64"
         agree = sum(a == b for a, b in zip(arm["predictions"], x86["predictions"])) / len(x86["predictions"])

@@ -217,14 +217,28 @@ def memory_mb(field: str) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale, 1)
 
 
+ARM_PARTS = {"0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57",
+             "0xd08": "Cortex-A72", "0xd09": "Cortex-A73", "0xd0a": "Cortex-A75", "0xd0b": "Cortex-A76",
+             "0xd0c": "Neoverse-N1", "0xd0d": "Cortex-A77", "0xd40": "Neoverse-V1", "0xd41": "Cortex-A78",
+             "0xd44": "Cortex-X1", "0xd46": "Cortex-A510", "0xd47": "Cortex-A710", "0xd48": "Cortex-X2",
+             "0xd49": "Neoverse-N2", "0xd4d": "Cortex-A715", "0xd4f": "Neoverse-V2", "0xd80": "Cortex-A520",
+             "0xd81": "Cortex-A720"}
+
+
 def cpu_name() -> str:
+    """The CPU's name from /proc/cpuinfo: x86 `model name`, a board's `Model`, or ARM cores by their part number."""
+    fields = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Hardware", "Model", "cpu model") and value.strip():
-                return value.strip()
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    for key in ("model name", "Model", "Hardware", "cpu model"):
+        if fields.get(key):
+            return fields[key]
+    if fields.get("CPU part"):
+        return f"{ARM_PARTS.get(fields['CPU part'], 'ARM')} (part {fields['CPU part']})"
     return platform.processor() or platform.machine()
 
 
