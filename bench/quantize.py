@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit import pipeline, runtime
-from edgekit.artifact import size_mb
+from edgekit.artifact import Artifact, size_mb
 from edgekit.stages import bench, evaluate, export, quantize
 
 VARIANTS = (  # (name, format, quantize settings or None for FP32)
@@ -28,6 +28,7 @@ VARIANTS = (  # (name, format, quantize settings or None for FP32)
     ("ONNX dynamic INT8 per-tensor", "onnx", {"mode": "dynamic", "per_channel": False}),
     ("ONNX dynamic INT8 on the ORT-fused graph (fuse: true)", "onnx", {"mode": "dynamic", "fuse": True}),
     ("ONNX static INT8 QDQ (minmax, 128 sentences)", "onnx", {"mode": "static"}),
+    ("ONNX dynamic INT8, max_accuracy_drop 0.004 (validation)", "onnx", {"mode": "dynamic", "max_accuracy_drop": 0.004}),
     ("ONNX FP16", "onnx", {"mode": "fp16"}),
     ("TFLite FP32 (buckets 32/64/128)", "tflite", None),
     ("TFLite dynamic-range INT8", "tflite", {"mode": "dynamic"}),
@@ -44,18 +45,20 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p.add_argument("--reuse", action="store_true", help="reuse the FP32 exports a previous run left in RUN/bench-quantize")
     a = p.parse_args(argv)
     run = a.run.resolve()
     manifest, ctx = pipeline.context_of(run)
     work = run / "bench-quantize"
-    fp32 = {f: export.run(ctx.teacher, work / f"fp32-{f}", ctx, format=f) for f in ("onnx", "tflite", "torchscript")}
-    fixed = export.run(ctx.teacher, work / "fp32-tflite-fixed128", ctx, format="tflite", buckets=[128])
+    fp32 = {f: exported(ctx, work / f"fp32-{f}", f, a.reuse) for f in ("onnx", "tflite", "torchscript")}
+    fixed = exported(ctx, work / "fp32-tflite-fixed128", "tflite", a.reuse, buckets=[128])
     models = []
     for name, fmt, settings in VARIANTS:
         if settings is None:
             models.append((name, fmt, fp32[fmt]))
             continue
         slug = f"{fmt}-{settings['mode']}" + "".join(f"-{k}" for k in settings if k != "mode")
+        print(f"quantize: {name}", file=sys.stderr, flush=True)
         models.append((name, fmt, quantize.run(fp32[fmt], work / slug, replace(ctx, targets=["x86"]), **settings)))
     models.append(("TFLite FP32 fixed at 128 tokens", "tflite", fixed))
     texts = work / "sentences.txt"
@@ -75,15 +78,20 @@ def main(argv=None):
         r["speedup_vs_fp32_same_format"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
         r["size_vs_fp32"] = round(r["size_mb"] / base["size_mb"], 4)
         r["accuracy_drop_points"] = round(100 * (base["accuracy"] - r["accuracy"]), 2)
-    onnx8, tfl8 = by[VARIANTS[1][0]], by[VARIANTS[7][0]]
-    tfl_fp32, tfl_fixed = by[VARIANTS[6][0]], by["TFLite FP32 fixed at 128 tokens"]
-    int8_rows = [onnx8, tfl8, by[VARIANTS[11][0]]]
+    onnx8, tfl8 = by[VARIANTS[1][0]], by[VARIANTS[8][0]]
+    tfl_fp32, tfl_fixed = by[VARIANTS[7][0]], by["TFLite FP32 fixed at 128 tokens"]
+    int8_rows = [onnx8, tfl8, by[VARIANTS[12][0]]]
+    aware, static = by[VARIANTS[5][0]], by[VARIANTS[4][0]]
     tensor8 = by[VARIANTS[2][0]]
     checks = [
         ("ONNX INT8 per-channel speed-up vs ONNX FP32 @128", onnx8["speedup_vs_fp32_same_format"], ">=", 2.2),
         ("ONNX INT8 per-channel accuracy drop (points)", onnx8["accuracy_drop_points"], "<=", 0.5),
         ("ONNX INT8 per-tensor speed-up vs ONNX FP32 @128", tensor8["speedup_vs_fp32_same_format"], ">=", 2.2),
         ("ONNX INT8 per-tensor accuracy drop (points)", tensor8["accuracy_drop_points"], "<=", 0.5),
+        ("ONNX static INT8 speed-up vs ONNX FP32 @128", static["speedup_vs_fp32_same_format"], ">=", 2.2),
+        ("ONNX static INT8 accuracy drop (points)", static["accuracy_drop_points"], "<=", 0.5),
+        ("ONNX accuracy-aware INT8 speed-up vs ONNX FP32 @128", aware["speedup_vs_fp32_same_format"], ">=", 2.2),
+        ("ONNX accuracy-aware INT8 accuracy drop (points)", aware["accuracy_drop_points"], "<=", 0.5),
         ("TFLite INT8 speed-up vs TFLite FP32 @128", tfl8["speedup_vs_fp32_same_format"], ">=", 2.5),
         *[(f"{r['model']}: size vs its FP32", r["size_vs_fp32"], "<=", 0.26) for r in int8_rows],
         ("bucketed TFLite vs fixed-128 on real sentences",
@@ -99,6 +107,14 @@ def main(argv=None):
     table = markdown(result)
     (a.out / "quantize.md").write_text(table)
     print(table)
+
+
+def exported(ctx, folder: Path, fmt: str, reuse: bool, **options):
+    """The FP32 export (checked against PyTorch), or with --reuse the one a previous run of this script left."""
+    path = folder / quantize.FILES[fmt]
+    if reuse and path.is_file() and (folder / "model.json").is_file():
+        return Artifact(path, fmt, {"params": None})
+    return export.run(ctx.teacher, folder, ctx, format=fmt, **options)
 
 
 def markdown(result: dict) -> str:
