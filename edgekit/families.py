@@ -192,7 +192,9 @@ def student_from_teacher(teacher, keep: list):
     student.config.num_hidden_layers = len(keep)
     if not fam.get("shared"):
         blocks = layers(teacher)
-        replace_module(student, fam["layers"], torch.nn.ModuleList([copy.deepcopy(blocks[i]) for i in keep]))
+        shared = {id(teacher.config): student.config}  # the copied layers read the student's config (attention kind)
+        replace_module(student, fam["layers"], torch.nn.ModuleList([copy.deepcopy(blocks[i], dict(shared))
+                                                                    for i in keep]))
         for j, block in enumerate(layers(student)):
             for m in block.modules():
                 if hasattr(m, "layer_idx"):

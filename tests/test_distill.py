@@ -84,6 +84,14 @@ def test_each_loss_term_trains_a_narrower_student(model_dir, csv_file, term):
         assert proj_emb.weight.grad.abs().sum() > 0
 
 
+def test_a_student_from_teacher_layers_follows_its_own_attention_setting(model_dir):
+    student = families.student_from_teacher(families.load_model(model_dir), [1, 3])
+    student.set_attn_implementation("eager")
+    ids = torch.tensor([[2, 5, 6, 3]])
+    out = student(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (1, 4, 4, 4)
+
+
 def test_a_narrow_student_is_initialised_from_the_teacher_where_shapes_allow(model_dir):
     teacher = families.load_model(model_dir)
     student, share = families.student_from_config(teacher, NARROW, [1, 3])
