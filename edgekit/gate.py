@@ -71,11 +71,11 @@ def check(path, budgets: list, target: str = None) -> list:
         raise EdgekitError(f"{run} is missing stage outputs ({missing[0]} and {len(missing) - 1} more); "
                            f"re-run the recipe to restore them")
     metrics = dict(manifest["final"]["metrics"])
-    targets = manifest.get("targets") or {}
-    if target:
+    targets = {n: d for n, d in (manifest.get("devices") or {}).items() if d.get("complete") is True}
+    if target:  # results of `edgekit bench RUN --target NAME`; an incomplete one never counts
         if target not in targets:
-            raise EdgekitError(f"{run} has no results for target '{target}'; targets with results: "
-                               f"{', '.join(targets) or 'none'}")
+            raise EdgekitError(f"{run} has no complete results for target '{target}'; targets with results: "
+                               f"{', '.join(targets) or 'none'}; run edgekit bench {run} --target {target}")
         metrics.update(targets[target].get("metrics", {}))
     if not budgets:
         budgets = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]

@@ -171,8 +171,12 @@ def build(run_dirs: list, out: Path) -> Path:
         md += ["", "| budget | actual | ok |", "|---|---:|---|"]
         md += [f"| {b['metric']} {b['op']} {b['target']:g} | {b['actual']} | {'yes' if b['ok'] else '**no**'} |"
                for b in manifest["budgets"]]
-        for name, result in (manifest.get("targets") or {}).items():
-            md += ["", f"Target `{name}`: " + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
+        for name, result in (manifest.get("devices") or {}).items():  # edgekit bench RUN --target NAME
+            if result.get("complete") is not True:
+                md += ["", f"Target `{name}`: not complete ({result.get('error', 'no result')})"]
+                continue
+            md += ["", f"Target `{name}`{' (emulated)' if result.get('emulated') else ''}: "
+                   + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
         heads = next((s["metrics"]["heads_kept"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
         if heads:
             png = out / f"heads-{run.name}.png"

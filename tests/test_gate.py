@@ -83,7 +83,7 @@ def test_bad_budgets_and_targets(finished, tmp_path):
     with pytest.raises(UsageError, match="must look like METRIC<=NUMBER"):
         gate.parse_budget("size_mb<=lots")
     assert gate.parse_budget("peak_rss_mb <= 300") == ("peak_rss_mb", "<=", 300.0)
-    with pytest.raises(EdgekitError, match="no results for target 'pi4'; targets with results: none"):
+    with pytest.raises(EdgekitError, match="no complete results for target 'pi4'; targets with results: none"):
         gate.check(finished, [("size_mb", "<=", 1.0)], target="pi4")
     with pytest.raises(EdgekitError, match="only --max-size-mb can be checked"):
         gate.check(finished / "04-quantize" / "model.onnx", [("accuracy", ">=", 0.5)])
@@ -92,3 +92,15 @@ def test_bad_budgets_and_targets(finished, tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(EdgekitError, match="cannot read"):
         gate.check(tmp_path / "bad.json", [])
+
+
+def test_device_results_from_edgekit_bench_are_gated_only_when_complete(finished):
+    manifest = json.loads((finished / "manifest.json").read_text())
+    manifest["devices"] = {"pi4": {"kind": "ssh", "complete": True, "metrics": {"latency_ms_p90": 42.0}},
+                           "phone": {"kind": "adb", "complete": False, "error": "device offline",
+                                     "metrics": {"latency_ms_p90": 1.0}}}
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    rows = gate.check(finished, [("latency_ms_p90", "<=", 40.0)], target="pi4")
+    assert [(r["actual"], r["ok"]) for r in rows] == [(42.0, False)]  # the device's number, not this machine's
+    with pytest.raises(EdgekitError, match="no complete results for target 'phone'; targets with results: pi4"):
+        gate.check(finished, [("latency_ms_p90", "<=", 40.0)], target="phone")

@@ -181,9 +181,11 @@ def onnx_quantize(source: Path, target: Path, settings: dict, calib: list, meta:
             model = fused(source) if settings["fuse"] else onnx.load(str(source))
             onnx.save(convert_float_to_float16(model, keep_io_types=True), str(target))
             return
-        if settings["mode"] == "dynamic":
-            onnx.save(fused(source) if settings["fuse"] else onnx.load(str(source)), str(prepared))
+        if settings["mode"] == "dynamic" and settings["fuse"]:
+            onnx.save(fused(source), str(prepared))
             int8_dynamic(prepared, target, settings["per_channel"], settings["reduce_range"], exclude, only, prep=False)
+        elif settings["mode"] == "dynamic":  # ONNX Runtime's pre-processing (folding, shapes), then INT8
+            int8_dynamic(source, target, settings["per_channel"], settings["reduce_range"], exclude, only)
         else:  # QDQ on the plain graph: ONNX Runtime fuses QDQ patterns itself when it loads the file
             from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -261,9 +263,9 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
 
     prepared = target.with_name("prepared.onnx.tmp")
     probe = target.with_name("probe.onnx")
-    if settings["mode"] == "dynamic":
-        onnx.save(fused(source) if settings["fuse"] else onnx.load(str(source)), str(prepared))
-    else:
+    if settings["mode"] == "dynamic" and settings["fuse"]:
+        onnx.save(fused(source), str(prepared))
+    else:  # the graph quantize_file quantizes: node names match
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
