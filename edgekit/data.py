@@ -68,7 +68,7 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
 
 
 def _label_order(name: str):
-    return (0, int(name), "") if name.lstrip("-").isdigit() else (1, 0, name)
+    return (0, int(name), "") if name.lstrip("-").isascii() and name.lstrip("-").isdecimal() else (1, 0, name)
 
 
 def _hash_split(key: str) -> str:
