@@ -70,7 +70,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
         folder = out_dir if len(pairs) == 1 else out_dir / f"{target}-{fmt}"
         settings = {"mode": modes[fmt], "per_channel": per_channel, "fuse": fuse, "calibration": calibration,
                     **target_settings(target, fmt, reduce_range)}
-        same = done.get(json.dumps([fmt, settings], sort_keys=True))
+        key = json.dumps([fmt, settings], sort_keys=True)
+        same = done.get(key)
         if same:  # another target with identical settings: the same file, hard-linked
             folder.mkdir(parents=True, exist_ok=True)
             for f in Path(same.path).parent.iterdir():
@@ -85,7 +86,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
         out.metrics.update(compare(runtime.load(source), runtime.load(out.path), ctx.splits.test[:check_sentences]),
                            size_mb=size_mb(out), size_ratio=round(size_mb(out) / size_mb(by_format[fmt]), 4),
                            params=by_format[fmt].metrics.get("params"))
-        outputs[f"{target}-{fmt}"] = done[json.dumps([fmt, settings], sort_keys=True)] = out
+        outputs[f"{target}-{fmt}"] = done[key] = out
     first = next(iter(outputs.values()))
     return Artifact(first.path, first.kind, first.metrics, outputs if len(outputs) > 1 else {})
 
@@ -145,7 +146,7 @@ def quantize_file(source: Path, target: Path, fmt: str, settings: dict, calib: l
                   exclude: list = ()) -> None:
     tmp = target.with_name(target.name + ".tmp")
     if fmt == "onnx":
-        onnx_quantize(source, tmp, settings, calib, meta, exclude)
+        onnx_quantize(source, tmp, settings, calib, exclude)
     elif fmt == "tflite":
         tflite_quantize(source, tmp, settings["mode"], calib, meta)
     else:
@@ -170,7 +171,7 @@ def quiet():
 
 # --- ONNX -------------------------------------------------------------------------------------------------------
 
-def onnx_quantize(source: Path, target: Path, settings: dict, calib: list, meta: dict, exclude=(), only=None) -> None:
+def onnx_quantize(source: Path, target: Path, settings: dict, calib: list, exclude=()) -> None:
     import onnx
 
     prepared = target.with_name(target.name + ".prepared")
@@ -181,18 +182,36 @@ def onnx_quantize(source: Path, target: Path, settings: dict, calib: list, meta:
             model = fused(source) if settings["fuse"] else onnx.load(str(source))
             onnx.save(convert_float_to_float16(model, keep_io_types=True), str(target))
             return
-        if settings["mode"] == "dynamic" and settings["fuse"]:
-            onnx.save(fused(source), str(prepared))
-            int8_dynamic(prepared, target, settings["per_channel"], settings["reduce_range"], exclude, only, prep=False)
-        elif settings["mode"] == "dynamic":  # ONNX Runtime's pre-processing (folding, shapes), then INT8
-            int8_dynamic(source, target, settings["per_channel"], settings["reduce_range"], exclude, only)
-        else:  # QDQ on the plain graph: ONNX Runtime fuses QDQ patterns itself when it loads the file
-            from onnxruntime.quantization.shape_inference import quant_pre_process
-
-            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-            int8_static(prepared, target, settings, calib, meta, exclude, only)
+        prepare(source, prepared, settings)
+        int8(prepared, target, settings, calib, exclude)
     finally:
         prepared.unlink(missing_ok=True)
+
+
+def prepare(source: Path, dest: Path, settings: dict) -> None:
+    """The graph INT8 is applied to: fused by ORT's transformer optimizer (`fuse`, dynamic only), else ORT's
+    quantization pre-processing (folding, shapes). Static QDQ stays on the plain graph: ONNX Runtime fuses QDQ
+    patterns itself when it loads the file."""
+    if settings["mode"] == "dynamic" and settings["fuse"]:
+        import onnx
+
+        onnx.save(fused(source), str(dest))
+    else:
+        preprocess(source, dest)
+
+
+def preprocess(source: Path, dest: Path) -> None:
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(source), str(dest), skip_symbolic_shape=True)
+
+
+def int8(prepared: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
+    """Dynamic or static INT8 of a prepared graph, per `settings`."""
+    if settings["mode"] == "dynamic":
+        int8_dynamic(prepared, target, settings["per_channel"], settings["reduce_range"], exclude, only, prep=False)
+    else:
+        int8_static(prepared, target, settings, calib, exclude, only)
 
 
 def fused(source: Path):
@@ -208,12 +227,11 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
                  only=None, prep: bool = True) -> None:
     """ONNX Runtime dynamic INT8 of `source` written to `target` (through a temporary file)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     tmp = target.with_name(target.name + ".q.tmp")
     prepared = target.with_name(target.name + ".prepared.tmp")
     if prep:
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        preprocess(source, prepared)
     quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel, reduce_range=reduce_range,
                      weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude), nodes_to_quantize=only,
                      extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
@@ -221,7 +239,7 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
     os.replace(tmp, target)
 
 
-def int8_static(source: Path, target: Path, settings: dict, calib: list, meta: dict, exclude=(), only=None) -> None:
+def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
     """Static INT8 in QDQ form: activation ranges from `calib` sentences (minmax, entropy or percentile). Only
     weight MatMuls and the embedding Gathers: QDQ around every op (LayerNorm, Softmax, activation x activation
     MatMuls) measured 75.8 ms against 20.5 ms for dynamic INT8 at 128 tokens, and S8S8 QDQ has no fast x86 kernel
@@ -263,12 +281,7 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
 
     prepared = target.with_name("prepared.onnx.tmp")
     probe = target.with_name("probe.onnx")
-    if settings["mode"] == "dynamic" and settings["fuse"]:
-        onnx.save(fused(source), str(prepared))
-    else:  # the graph quantize_file quantizes: node names match
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    prepare(source, prepared, settings)  # the graph quantize_file quantizes: node names match
     graph = onnx.load(str(prepared)).graph
     weights = {i.name for i in graph.initializer}
     nodes = [n.name for n in graph.node if n.op_type in QUANTIZABLE and n.name and weights & set(n.input)]
@@ -279,10 +292,7 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
     errors = {}
     try:
         for name in tqdm(nodes, desc="sensitivity", unit="node", disable=not ctx.progress):
-            if settings["mode"] == "dynamic":
-                int8_dynamic(prepared, probe, settings["per_channel"], settings["reduce_range"], only=[name], prep=False)
-            else:
-                int8_static(prepared, probe, settings, calib[:32], meta, only=[name])
+            int8(prepared, probe, settings, calib[:32], only=[name])
             errors[name] = float(np.abs(runtime.OnnxModel(probe).logits(batch) - want).mean())
         order = sorted(nodes, key=lambda n: -errors[n])
         drop = None
