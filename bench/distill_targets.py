@@ -43,15 +43,8 @@ def recipe_for(teacher: str, variant: str, finetune_lr: float, epochs: float) ->
 
 
 def out_of_domain(model_dir: Path, teacher_dir: Path, labels: list) -> dict:
-    """Accuracy on vader-amazon (positive mean rating = the positive class of rt-polarity), if the asset exists."""
-    from edgekit import assets
-
-    if "vader-amazon" not in assets.ASSETS:
-        return {"vader_amazon": "not measured: no vader-amazon asset in edgekit.assets"}
-    splits = data.load("vader-amazon")
-    rows = splits.train + splits.validation + splits.test
-    positive = labels.index("fresh") if "fresh" in labels else 1
-    examples = [(t, positive if splits.labels[y] == "positive" else 1 - positive) for t, y in rows]
+    """Accuracy on vader-amazon (positive mean rating = the positive class of rt-polarity)."""
+    examples = data.out_of_domain(labels)
     student = evaluate.accuracy(runtime.load(model_dir), examples, 64, False, "ood")
     teacher = evaluate.accuracy(runtime.load(teacher_dir), examples, 64, False, "ood teacher")
     return {"vader_amazon_accuracy": student, "vader_amazon_teacher_accuracy": teacher,

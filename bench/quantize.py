@@ -67,7 +67,7 @@ def main(argv=None):
                                           runs=a.runs, warmup=5, texts=texts)
     rows = []
     for (name, fmt, m), lat in zip(models, latencies):
-        acc = evaluate.accuracy(runtime.load(m.path), ctx.splits.test, 64, True, name[:40])
+        acc = evaluate.accuracy(runtime.load(m.path), ctx.splits.test, 1, True, name[:40])
         rows.append({"model": name, "format": fmt, "path": str(m.path), "size_mb": size_mb(m), "accuracy": acc,
                      "quantization": m.metrics.get("quantization"), "label_agreement_vs_fp32": m.metrics.get("label_agreement"),
                      "latency_ms_p50_128": lat["fixed"]["p50"], "latency_ms_p90_128": lat["fixed"]["p90"],

@@ -113,8 +113,16 @@ def cmd_compress(args) -> int:
     out = Path(args.out) if args.out else Path("artifacts") / resolved["name"]
     manifest = pipeline.run(resolved, out, progress=not args.quiet)
     print(summary(manifest))
+    code = 0 if manifest["status"] == "complete" else OVER_BUDGET
+    for name, spec in (resolved.get("devices") or {}).items():  # device_bench targets marked after_compress
+        if spec.get("after_compress"):
+            from edgekit import devices
+
+            entry = devices.bench(out, name, progress=not args.quiet)
+            print(devices.summary(name, entry))
+            code = code if all(r["ok"] for r in entry["budgets"]) else OVER_BUDGET
     print(f"manifest: {out / 'manifest.json'}")
-    return 0 if manifest["status"] == "complete" else OVER_BUDGET
+    return code
 
 
 def summary(manifest: dict) -> str:

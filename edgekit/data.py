@@ -89,6 +89,15 @@ def _rt_polarity() -> list:
     return rows
 
 
+def out_of_domain(labels: list, source: str = "vader-amazon") -> list:
+    """Every row of a two-class sentiment dataset (all splits) labelled in a run's own label order: a model
+    trained on rt-polarity (fresh / rotten) is scored on vader-amazon (positive / negative) out of domain."""
+    splits = load(source)
+    positive = next((labels.index(n) for n in ("fresh", "positive", "pos") if n in labels), 1)
+    return [(t, positive if splits.labels[y] == "positive" else 1 - positive)
+            for t, y in splits.train + splits.validation + splits.test]
+
+
 def _vader(name: str) -> list:
     """VADER's human-rated snippets: id, mean valence (-4..4), text per line; the sign is the label (0 dropped),
     hash split by text."""

@@ -37,7 +37,7 @@ from edgekit.errors import EdgekitError, UsageError
 
 KINDS = ("local", "ssh", "adb", "qemu-arm64")
 COMMON = {"kind": str, "budgets": dict, "model": str, "threads": int, "runs": int, "warmup": int, "batch": int,
-          "seq_len": int, "sentences": int, "timeout_s": int}
+          "seq_len": int, "sentences": int, "timeout_s": int, "after_compress": bool}
 FIELDS = {
     "local": {"python": str},
     "ssh": {"host": str, "user": str, "port": int, "key": str, "python": str, "venv": bool, "workdir": str,

@@ -117,8 +117,11 @@ def apply_shapes(model, shapes: dict):
     """Shrink the vocabulary and each layer's projections to the recorded sizes (weights loaded afterwards)."""
     if "vocab" in shapes:
         embedding = model.get_input_embeddings()
-        small = torch.nn.Embedding(shapes["vocab"], embedding.embedding_dim)
-        model.set_input_embeddings(RemappedEmbedding(torch.zeros(embedding.num_embeddings, dtype=torch.long), small))
+        rank = shapes.get("embedding_rank")
+        small = torch.nn.Embedding(shapes["vocab"], rank or embedding.embedding_dim)
+        project = torch.nn.Linear(rank, embedding.embedding_dim, bias=False) if rank else None
+        model.set_input_embeddings(RemappedEmbedding(torch.zeros(embedding.num_embeddings, dtype=torch.long), small,
+                                                     project))
     if "heads" not in shapes:
         return
     fam = family(model.config)
@@ -158,20 +161,23 @@ def _slice_position_bias(attention, args):
 
 class RemappedEmbedding(torch.nn.Module):
     """Word embeddings for a pruned vocabulary: the tokenizer is unchanged, the ids it produces are remapped
-    to the kept rows, every id outside the kept vocabulary to the unknown token's row."""
+    to the kept rows, every id outside the kept vocabulary to the unknown token's row. With `project`, the rows
+    are rank-r and a bias-free r -> hidden Linear follows (ALBERT's factorized embedding)."""
 
-    def __init__(self, remap, embedding):
+    def __init__(self, remap, embedding, project=None):
         super().__init__()
         self.register_buffer("remap", remap)
-        self.embedding = embedding
-        self.num_embeddings, self.embedding_dim = len(remap), embedding.embedding_dim
+        self.embedding, self.project = embedding, project
+        self.num_embeddings = len(remap)
+        self.embedding_dim = project.out_features if project is not None else embedding.embedding_dim
 
     @property
     def weight(self):
         return self.embedding.weight
 
     def forward(self, input_ids):
-        return self.embedding(self.remap[input_ids])
+        rows = self.embedding(self.remap[input_ids])
+        return rows if self.project is None else self.project(rows)
 
 
 def replace_module(root, dotted: str, module):

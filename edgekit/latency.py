@@ -51,7 +51,12 @@ class Synthetic:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        sidecar = Path(path).with_name("model.json")
+        meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+        from edgekit.runtime import disabled_optimizers
+
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=disabled_optimizers(meta))
         self.vocab = vocab
 
     def fixed(self, batch: int, seq_len: int) -> dict:

@@ -57,6 +57,25 @@ def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
         assert torch.allclose(model(input_ids=ids).logits, before, atol=1e-6)
 
 
+def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model_dir, ctx, tmp_path):
+    model = families.load_model(model_dir)
+    table = model.get_input_embeddings().weight.detach().clone()  # 74 x 32
+    prune.factorize_embedding(model, 31)  # rank 31 of a 32-wide table: nearly exact
+    emb = model.get_input_embeddings()
+    assert emb.weight.shape == (74, 31) and emb.project.weight.shape == (32, 31)
+    assert torch.allclose(emb.project(emb.weight).detach(), table, atol=0.15)
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, vocab=True, embedding_rank=8,
+                    importance="magnitude", recover_epochs=0.5, lr=1e-3, batch_size=16)
+    assert out.metrics["embedding_rank"] == 8
+    reloaded = families.load_model(out.path)
+    emb = reloaded.get_input_embeddings()
+    assert emb.weight.shape == (out.metrics["vocab_kept"], 8) and emb.embedding_dim == 32
+    onnx = export.run(out, tmp_path / "onnx", ctx, check_sentences=32)
+    assert onnx.metrics["label_agreement"] == 1.0 and onnx.metrics["max_abs_diff"] < 1e-4
+    with pytest.raises(EdgekitError, match="embedding_rank=32: give 1..31"):
+        prune.factorize_embedding(families.load_model(model_dir), 32)
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"heads_keep": 0.0}, "must be a fraction in \\(0, 1\\]"),
     ({"ffn_keep": 1.5}, "must be a fraction"),

@@ -162,3 +162,66 @@ def test_a_sequence_longer_than_the_model_accepts_is_refused(tmp_path, model_dir
     with pytest.raises(EdgekitError, match="the input has 40 tokens; this model accepts at most 32"):
         model.logits({"input_ids": ids, "attention_mask": ids})
     assert model(["good " * 100])["probs"].shape == (1, 2)  # texts are truncated by encode()
+
+
+def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, model_dir):
+    pytest.importorskip("ai_edge_quantizer")
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_quantizer import quantizer, recipe as quant_recipes
+    from transformers import AutoModelForSequenceClassification
+
+    from edgekit import tflite_file
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    fp32 = tmp_path / "fp32.tflite"
+    export.to_tflite(model, fp32, [16, 32])
+    plain = tmp_path / "int8.tflite"
+    quantizer.Quantizer(str(fp32), quant_recipes.dynamic_wi8_afp32()).quantize().export_model(str(plain))
+    small = tmp_path / "small.tflite"
+    small.write_bytes(plain.read_bytes())
+    tflite_file.compact(small)
+
+    def tables(path):  # per-channel quantization tables (FlatBuffer offsets): one per tensor, or one per distinct set
+        m = schema.Model.GetRootAsModel(path.read_bytes(), 0)
+        found = []
+        for g in range(m.SubgraphsLength()):
+            sg = m.Subgraphs(g)
+            for t in range(sg.TensorsLength()):
+                q = sg.Tensors(t).Quantization()
+                if q is not None and q.ScaleLength() > 1:
+                    found.append(q._tab.Pos)
+        return len(found), len(set(found))
+
+    per_tensor, distinct = tables(plain)
+    assert per_tensor == distinct > 0 and tables(small) == (per_tensor, distinct // 2)  # 2 subgraphs share them
+    assert small.stat().st_size < plain.stat().st_size
+    rng = np.random.default_rng(0)
+    for b in (16, 32):
+        feed = {"args_0": rng.integers(5, 70, (1, b)).astype(np.int32), "args_1": np.ones((1, b), np.int32)}
+        before, after = (Interpreter(str(p)).get_signature_runner(f"seq{b}")(**feed) for p in (plain, small))
+        assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_token_types_are_folded_into_positions_for_tflite_with_the_same_logits(model_dir):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    folded = export.fold_token_types(model)
+    assert torch.count_nonzero(folded.bert.embeddings.token_type_embeddings.weight) == 0
+    assert torch.count_nonzero(model.bert.embeddings.token_type_embeddings.weight) > 0  # the original is untouched
+    ids = torch.randint(5, 70, (3, 12))
+    with torch.no_grad():
+        a, b = (m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits for m in (model, folded))
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_onnx_sidecars_name_the_onnxruntime_fusions_to_skip_and_a_bad_list_is_one_line(tmp_path, model_dir, csv_file):
+    out = export.run(Artifact(model_dir, "hf"), tmp_path / "export", context(model_dir, csv_file), format="onnx")
+    meta = json.loads(out.path.with_name("model.json").read_text())
+    assert meta["onnxruntime"]["disabled_optimizers"] == ["SkipLayerNormFusion"]
+    assert runtime.load(out.path.parent)(["fine"])["labels"]  # loads and runs with them
+    (out.path.with_name("model.json")).write_text(json.dumps(dict(meta, onnxruntime={"disabled_optimizers": "x"})))
+    with pytest.raises(EdgekitError, match="disabled_optimizers is 'x'; give a list"):
+        runtime.load(out.path.parent)

@@ -110,7 +110,10 @@ class OnnxRunner:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            # edgekit's sidecar names ONNX Runtime fusions that are slower on CPU (SkipLayerNormFusion for INT8)
+            disabled = (meta.get("onnxruntime") or {}).get("disabled_optimizers", [])
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                                disabled_optimizers=list(disabled))
         except Exception as e:
             raise BenchError(f"onnxruntime cannot load {path.name} ({str(e).splitlines()[0][:140]}); copy the file again "
                              f"or re-export it")

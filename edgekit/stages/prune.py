@@ -21,7 +21,7 @@ from edgekit.errors import EdgekitError
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
         heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
         importance_batches: int = 32,
-        vocab: bool = False, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
+        vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
         raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}: each must be a fraction in (0, 1]; "
@@ -39,6 +39,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
     if vocab:
         keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)))
+    if embedding_rank:
+        factorize_embedding(model, embedding_rank)
     teacher = families.load_model(artifact.path) if recover_epochs > 0 else None
     for step in range(1, steps + 1):
         step_dir = out_dir / f"step-{step}"
@@ -59,7 +61,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     shapes = model.config.edgekit_shapes
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
-                                              **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {})})
+                                              **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {}),
+                                              **({"embedding_rank": embedding_rank} if embedding_rank else {})})
 
 
 def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
@@ -175,6 +178,28 @@ def keep_vocab(model, token_ids: list) -> None:
     small.weight.data.copy_(embedding.weight.detach()[torch.tensor(keep)])
     model.set_input_embeddings(families.RemappedEmbedding(remap, small))
     model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=len(keep))
+
+
+def factorize_embedding(model, rank: int) -> None:
+    """ALBERT's factorized embedding: the V x hidden word table becomes V x rank rows times a rank x hidden
+    projection, initialised with the truncated SVD (the closest rank-r table); recovery training adapts both."""
+    embedding = model.get_input_embeddings()
+    if not isinstance(embedding, families.RemappedEmbedding):  # the identity remap: every token keeps its row
+        embedding = families.RemappedEmbedding(torch.arange(embedding.num_embeddings), embedding)
+    if embedding.project is not None:
+        raise EdgekitError("prune.embedding_rank: this model's embedding is already factorized; leave it out")
+    table = embedding.embedding.weight.detach()
+    if not 0 < rank < table.shape[1]:
+        raise EdgekitError(f"prune.embedding_rank={rank}: give 1..{table.shape[1] - 1} (the embedding width is "
+                           f"{table.shape[1]}), or 0 to keep the full table")
+    u, s, vh = torch.linalg.svd(table, full_matrices=False)
+    rows = torch.nn.Embedding(table.shape[0], rank)
+    rows.weight.data.copy_(u[:, :rank] * s[:rank])
+    project = torch.nn.Linear(rank, table.shape[1], bias=False)
+    project.weight.data.copy_(vh[:rank].T)
+    model.set_input_embeddings(families.RemappedEmbedding(embedding.remap, rows, project))
+    model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=table.shape[0],
+                                       embedding_rank=rank)
 
 
 def _slice(linear, index, out: bool):
