@@ -62,6 +62,20 @@ def test_local_target_merges_result_and_checks_budgets(run, tmp_path, capsys):
     assert "OVER" in capsys.readouterr().out
 
 
+def test_compress_benches_the_targets_marked_after_compress(tmp_path, capsys):
+    model_dir = testing.make_model_dir(tmp_path / "tiny")
+    reviews = testing.make_csv(tmp_path / "reviews.csv")
+    path = tmp_path / "tiny.yaml"
+    text = testing.tiny_recipe(model_dir, reviews, stages=("export", "evaluate"))
+    path.write_text(text + "devices:\n  here: {kind: local, runs: 3, warmup: 1, after_compress: true, "
+                    "budgets: {peak_rss_mb: '<= 1'}}\n  elsewhere: {kind: local}\n")
+    code = cli.main(["compress", "--recipe", str(path), "--out", str(tmp_path / "run"), "--quiet"])
+    assert code == 3  # the pipeline's budgets hold; the device's RSS budget cannot
+    devices_run = manifest(tmp_path / "run")["devices"]
+    assert set(devices_run) == {"here"} and devices_run["here"]["complete"] is True
+    assert "target here (local)" in capsys.readouterr().out
+
+
 def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     bad = tmp_path / "bad"
     shutil.copytree(run / "01-export", bad)
