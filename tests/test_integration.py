@@ -11,8 +11,8 @@ pytestmark = pytest.mark.slow
 SMALL = ["data.max_train=300", "data.max_eval=200", "finetune.epochs=1", "distill.epochs=1", "bench.runs=20"]
 
 
-def compress(out, *extra):
-    cmd = [sys.executable, "-m", "edgekit.cli", "compress", "--recipe", "distilbert-int8", "--out", str(out),
+def compress(out, *extra, recipe="distilbert-int8"):
+    cmd = [sys.executable, "-m", "edgekit.cli", "compress", "--recipe", recipe, "--out", str(out),
            "--quiet", *SMALL, *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
 
@@ -39,3 +39,16 @@ def test_same_recipe_with_the_mpnet_teacher(tmp_path):
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert m["stages"][1]["metrics"]["student_layers"] == [1, 3, 5, 7, 9, 11]
     assert m["final"]["kind"] == "onnx" and m["final"]["metrics"]["size_mb"] < 110
+
+
+def test_edge_small_chains_every_stage_on_real_assets(tmp_path):
+    done = compress(tmp_path / "run", "prune.recover_epochs=0.5", recipe="edge-small")
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    prune = next(s for s in m["stages"] if s["name"] == "prune")["metrics"]
+    assert prune["heads_kept"] == [4, 4, 4] and prune["ffn_kept"] == [538] * 3 and prune["embedding_rank"] == 128
+    assert set(m["final"]["outputs"]) == {"x86-onnx", "x86-tflite", "arm64-onnx", "arm64-tflite"}
+    for out in m["final"]["outputs"].values():  # a 300-sentence vocabulary: far under the 6 MB budget
+        assert out["metrics"]["size_mb"] < 6 and 0 < out["metrics"]["accuracy"] <= 1
+    assert m["devices"]["local"]["complete"] is True  # device_bench ran at the end of compress
+    assert "target local (local)" in done.stdout
