@@ -44,7 +44,13 @@ def main(argv=None):
     p.add_argument("--runs-per-round", dest="timed", type=int, default=50)
     p.add_argument("--out", type=Path, default=Path("bench/results/headline.json"))
     p.add_argument("--docs", type=Path, default=Path("docs/results.md"))
+    p.add_argument("--render", action="store_true", help="redraw the docs from the stored JSON, no runs")
     a = p.parse_args(argv)
+    if a.render:
+        result = json.loads(a.out.read_text())
+        plot(result["recipes"], a.docs.with_name("results-pareto.png"))
+        a.docs.write_text(markdown(result, a.out))
+        return
     peak = gemm_peak()
     print(f"INT8 GEMM peak, 1 thread: {peak['measured_gops']} GOPS measured ({peak['theoretical_gops']} theoretical)",
           file=sys.stderr)
@@ -183,11 +189,16 @@ def plot(recipes: list, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for recipe, colour in zip(recipes, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+        ax.scatter([], [], s=40, color=colour, label=recipe["recipe"])
         for r in recipe["rows"]:
+            ours = r["model"].startswith("edgekit")
             ax.scatter(r["p50_ms"], r["accuracy"], s=20 + 3 * r["size_mb"], color=colour, alpha=0.7,
-                       marker="o" if r["model"].startswith("edgekit") else "s")
-            ax.annotate(f"{recipe['recipe']}: {r['model'].split(' = ')[0]} ({r['size_mb']:.1f} MB)",
-                        (r["p50_ms"], r["accuracy"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+                       marker="o" if ours else "s")
+            name = "edgekit (ONNX, TFLite)" if ours else r["model"].split(":")[0]
+            if not ours or r is next(x for x in recipe["rows"] if x["model"].startswith("edgekit")):
+                ax.annotate(f"{name}, {r['size_mb']:.1f} MB", (r["p50_ms"], r["accuracy"]), fontsize=8,
+                            xytext=(6, -10 if ours else 4), textcoords="offset points")
+    ax.legend(loc="lower right")
     ax.set_xscale("log")
     ax.set_xlabel("p50 latency at 128 tokens, batch 1, 1 thread (ms, log)")
     ax.set_ylabel("accuracy, rt-polarity test")
