@@ -10,7 +10,10 @@ Runtime's transformer optimizer before INT8 (attention becomes one QAttention ke
 it was slower (14.4 ms vs 12-13 ms at 128 tokens) than quantizing the plain graph and letting ONNX Runtime fuse
 at load time, so it is off by default. Target settings (reduce_range, signedness, engine): edgekit.targets.
 
-`max_accuracy_drop`: the drop against the FP32 export is measured on the validation split; when it is larger,
+TFLite INT8 files are compacted afterwards (edgekit.tflite_file: quantization tables shared between bucket
+signatures, internal debug names dropped; outputs identical).
+
+`max_accuracy_drop`: the drop against the FP32 export is measured on the validation split, one sentence at a time; when it is larger,
 ONNX keeps its most sensitive weight nodes in float (sensitivity = mean logit error with that node alone
 quantized, on 64 validation sentences), the worst 1, 2, 4, ... of them until the drop holds; TFLite and TorchScript step down to a milder
 method (static -> dynamic -> fp16). What was kept or changed is recorded in the sidecar and the manifest.
