@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.errors import EdgekitError
+
 ALIGN = 64
 
 
@@ -82,7 +84,8 @@ def compact(path: Path) -> None:
                 break
             start = end
         else:
-            raise RuntimeError(f"could not lay out {path}: the FlatBuffer's length did not settle")
+            raise EdgekitError(f"could not compact {path}: its FlatBuffer length did not settle in 3 passes; "
+                               f"please report it with the model")
     finally:
         schema.QuantizationParametersT.Pack, schema.BufferT.Pack = pack_quantization, pack_data
     tmp = Path(str(path) + ".compact.tmp")
