@@ -9,8 +9,10 @@ out of domain on vader-amazon when that dataset asset is known to edgekit.
 Variants (distill settings over the distilbert-int8 recipe's):
   six    DistilBERT: every other teacher layer (6 of mpnet-base's 12), soft KD + CE + hidden cosine
   three  the same on minilm-l6 (3 of 6 layers): the distilbert-int8 student
-  four   a 4-layer, 384-wide student: minilm-l6's layers 0, 2, 3, 5 (pretrained, same WordPiece pieces as
-         mpnet-base), soft KD + CE + cosine through a learned 384 -> 768 projection
+  four   the tinybert-int8 recipe's distillation with a 4-layer, 384-wide student: minilm-l6's layers 0, 2, 3, 5
+         (pretrained, same WordPiece pieces as mpnet-base); phase 1 embedding + attention + hidden MSE through
+         learned 384 -> 768 projections, phase 2 soft KD + CE, on the training set plus 2 augmented copies of
+         each sentence; the teacher's hidden states and attention maps cached once (cache_mb)
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
 """
@@ -27,12 +29,13 @@ from edgekit.stages import evaluate
 VARIANTS = {
     "six": {"layers": "every_other"},
     "three": {"layers": "every_other"},
-    "four": {"student": "minilm-l6", "layers": [0, 2, 3, 5]},
+    "four": {"student": "minilm-l6", "layers": [0, 2, 3, 5], "cache_mb": 16000},
 }
+BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 
 
 def recipe_for(teacher: str, variant: str, finetune_lr: float, epochs: float) -> dict:
-    base = recipes.load("distilbert-int8")
+    base = recipes.load(BASE.get(variant, "distilbert-int8"))
     base.update(teacher=teacher, stages=["finetune", "distill", "evaluate"], budgets={})
     base["finetune"] = {**base["finetune"], "lr": finetune_lr}
     base["distill"] = {**base["distill"], "epochs": epochs, **VARIANTS[variant]}

@@ -33,6 +33,15 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("edgekit: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    finally:
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Under torchrun: leave the process group before exit (its threads abort a process that exits inside it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def build_parser():
@@ -112,6 +121,8 @@ def cmd_compress(args) -> int:
         return 0
     out = Path(args.out) if args.out else Path("artifacts") / resolved["name"]
     manifest = pipeline.run(resolved, out, progress=not args.quiet)
+    if manifest is None:  # a rank > 0 under torchrun: it trained with rank 0, which reports
+        return 0
     print(summary(manifest))
     code = 0 if manifest["status"] == "complete" else OVER_BUDGET
     for name, spec in (resolved.get("devices") or {}).items():  # device_bench targets marked after_compress

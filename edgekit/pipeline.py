@@ -1,6 +1,9 @@
 """The loop that runs a recipe: resolve the model and data, then each stage in order, each into its own
 folder, the manifest rewritten atomically after every stage. A stage whose input and settings are
-unchanged (and whose files still match their sha256) is reused; a stopped stage resumes in place."""
+unchanged (and whose files still match their sha256) is reused; a stopped stage resumes in place.
+
+Under `torchrun --nproc_per_node N` rank 0 owns the run folder (lock, manifest, reuse, renames) and runs every
+stage; the other ranks join the training of the stages in DISTRIBUTED when rank 0 tells them to, then return."""
 import fcntl
 import hashlib
 import json
@@ -18,6 +21,7 @@ from edgekit.errors import EdgekitError
 
 SCHEMA = 1
 LOW_DISK_MB = 100
+DISTRIBUTED = ("finetune", "distill", "prune")  # data-parallel under torchrun (training.train); the rest: rank 0
 
 
 @dataclass
@@ -96,18 +100,74 @@ def log(msg: str, progress: bool) -> None:
 
 def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> dict:
     """Run a recipe into `out`. `shared`: a folder of finished stages, by key, that several runs draw on (sweeps)."""
+    from edgekit import training
+
     out = Path(out).resolve()
-    splits = data.load(seed=recipe["seed"], **recipe["data"])
-    source = resolve_model(recipe["teacher"])
-    prepare_out(out)
-    held = lock(out)
+    rank, world = training.distributed()
+    if rank > 0:
+        return follow(recipe, out)
+    team = Team(world)
     try:
-        return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None)
+        splits = data.load(seed=recipe["seed"], **recipe["data"])
+        source = resolve_model(recipe["teacher"])
+        prepare_out(out)
+        held = lock(out)
+        try:
+            return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None, team)
+        finally:
+            held.close()
     finally:
-        held.close()
+        team.release()  # on an error too: the other ranks stop waiting, rank 0 reports it
 
 
-def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progress: bool, shared: Path = None) -> dict:
+class Team:
+    """Rank 0's side of a torchrun run: tells the other ranks which distributed stage to run with it."""
+
+    def __init__(self, world: int):
+        self.waiting, self.busy = world > 1, False
+
+    def run(self, name: str, partial: Path, artifact: Artifact, teacher: Artifact, settings: dict) -> bool:
+        if not self.waiting:
+            return False
+        from edgekit import training
+
+        root = partial.parent
+        training.tell({"run": name, "dir": partial.name, "input": artifact.to_json(root),
+                       "teacher": teacher.to_json(root), "settings": settings})
+        self.busy = True
+        return True
+
+    def release(self) -> None:
+        """Tell the other ranks to return. Not from inside a stage that failed: they are training, not
+        listening; rank 0's exit ends them (torchrun stops the group)."""
+        if self.waiting and not self.busy:
+            from edgekit import training
+
+            training.tell({"done": True})
+            self.waiting = False
+
+
+def follow(recipe: dict, out: Path) -> None:
+    """A rank > 0 under torchrun: run the distributed stages rank 0 names, in its folders, until it is done."""
+    import torch
+
+    from edgekit import training
+
+    ctx = None
+    while "run" in (message := training.tell(None)):
+        if ctx is None:  # rank 0 has fetched the assets by now
+            ctx = Context(data.load(seed=recipe["seed"], **recipe["data"]), None, recipe["seed"],
+                          recipe["max_length"], False, recipe["targets"])
+        ctx.teacher = Artifact.from_json(message["teacher"], out)
+        torch.manual_seed(ctx.seed)
+        stages.entry(message["run"])(Artifact.from_json(message["input"], out), out / message["dir"], ctx,
+                                     **message["settings"])
+        torch.distributed.barrier()  # rank 0 renames the folder only after every rank is done with it
+    return None
+
+
+def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progress: bool, shared: Path = None,
+         team: Team = None) -> dict:
     previous = read_manifest(out / "manifest.json")
     manifest = {"schema": SCHEMA, "edgekit_version": edgekit.__version__, "status": "running", "recipe": recipe,
                 "model": {"spec": recipe["teacher"], "path": str(source.path), "fingerprint": fingerprint(source.path)},
@@ -118,6 +178,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
     for i, name in enumerate(recipe["stages"], 1):
+        if team and not set(recipe["stages"][i - 1:]) & set(DISTRIBUTED):
+            team.release()  # no training left for the other ranks
         settings = recipe.get(name) or {}
         key = hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, manifest["data"]["fingerprint"],
                                          recipe["seed"], recipe["max_length"], edgekit.__version__]
@@ -141,7 +203,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             log(f"[{i}/{len(recipe['stages'])}] {name}", progress)
             started = time.time()
             artifact_in = artifact
-            artifact = run_stage(name, artifact, stage_dir, key, ctx, settings)
+            artifact = run_stage(name, artifact, stage_dir, key, ctx, settings,
+                                 team if name in DISTRIBUTED else None)
             entry = {"name": name, "key": key, "input": artifact_in.to_json(out), "output": artifact.to_json(out),
                      "seconds": round(time.time() - started, 2), "metrics": artifact.metrics,
                      "files": {str(p.relative_to(out)): assets.sha256_file(p)
@@ -164,8 +227,10 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
     return manifest
 
 
-def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Context, settings: dict) -> Artifact:
-    """Run one stage in `NN-name.partial`, renamed to `NN-name` only when it finished."""
+def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Context, settings: dict,
+              team: Team = None) -> Artifact:
+    """Run one stage in `NN-name.partial`, renamed to `NN-name` only when it finished; with `team` (torchrun)
+    the other ranks run it too."""
     partial = stage_dir.with_name(stage_dir.name + ".partial")
     if partial.exists() and (partial / ".key").is_file() and (partial / ".key").read_text() == key:
         pass  # same stage, same inputs: a stopped run resumes from its checkpoint here
@@ -175,15 +240,26 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
         (partial / ".key").write_text(key)
     import torch
 
+    from edgekit import training
+
+    if team and settings.get("student", "teacher") != "teacher":
+        resolve_model(settings["student"])  # fetched here once, before every rank reads it
+    together = team.run(name, partial, artifact, ctx.teacher, settings) if team else False
+    training.ALONE = not together  # under torchrun, a stage rank 0 runs by itself trains single-process
     torch.manual_seed(ctx.seed)  # new heads and dropout start the same on every run and every resume
     try:
         result = stages.entry(name)(artifact, partial, ctx, **settings)
+        if together:
+            torch.distributed.barrier()  # every rank is done with the folder
+            team.busy = False
     except (OSError, RuntimeError) as e:
         free_mb = shutil.disk_usage(partial).free / 1e6
         if free_mb < LOW_DISK_MB:  # torch and safetensors report a full disk as a bare RuntimeError
             raise EdgekitError(f"{name} could not write to {partial}: the disk is full ({free_mb:.1f} MB free); "
                                f"free space or choose another --out, then run the same command again") from e
         raise
+    finally:
+        training.ALONE = False
     shutil.rmtree(partial / "checkpoint", ignore_errors=True)  # the finished model is saved; optimizer state is not needed
     (partial / ".key").unlink()
     if stage_dir.exists():
@@ -290,4 +366,6 @@ def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = N
     resolved = resolve(recipe, teacher, data, overrides)
     out = Path(out) if out else Path("artifacts") / resolved["name"]
     manifest = run(resolved, out, progress)
+    if manifest is None:  # a rank > 0 under torchrun: rank 0 holds the result
+        return None, None
     return Artifact.from_json(manifest["final"], out.resolve()), manifest

@@ -6,6 +6,7 @@ Under `torchrun --nproc_per_node N` (WORLD_SIZE > 1) the same loop runs data-par
 starts here (gloo on CPU, nccl on GPU), the model is wrapped in DistributedDataParallel, every rank draws the
 same global batches and takes its own rows of each (rows r, r+N, ...), each rank's loss is scaled by its share
 of the rows so the averaged gradient is the gradient of the whole batch, and only rank 0 writes checkpoints."""
+import datetime
 import os
 import random
 import shutil
@@ -81,17 +82,27 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
     return sum(losses) / max(1, len(losses))
 
 
+ALONE = False  # set while rank 0 runs a stage without the other ranks (pipeline): training is single-process
+
+
 def distributed() -> tuple:
     """(rank, world size). Under torchrun (WORLD_SIZE > 1) the process group is started once: gloo on CPU,
     nccl when CUDA is there."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if world <= 1 or ALONE:
         return 0, 1
     import torch.distributed as dist
 
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if not dist.is_initialized():  # a long timeout: the other ranks wait while rank 0 alone runs a stage
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(hours=6))
     return dist.get_rank(), dist.get_world_size()
+
+
+def tell(message: dict) -> dict:
+    """Rank 0 sends `message` to every rank (the others pass None and get it back)."""
+    box = [message]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _device(world: int):

@@ -49,6 +49,36 @@ def test_two_cpu_processes_match_one(tmp_path, name, tolerance):
     assert json.loads((tmp_path / "ddp" / "loss.json").read_text())["rank0_only"]
 
 
+def test_compress_under_torchrun_trains_on_every_rank_and_reports_once(tmp_path):
+    """The whole pipeline under torchrun: rank 0 owns the folder and the report, the training stages run on both
+    ranks and end where one process ends; a second run reuses every stage (the other rank is released at once)."""
+    from edgekit import cli
+
+    model_dir, csv_file = no_dropout_model(tmp_path / "m"), testing.make_csv(tmp_path / "r.csv")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune", "distill", "prune", "export", "evaluate")))
+    assert cli.main(["compress", "--recipe", str(recipe), "--out", str(tmp_path / "single"), "--quiet"]) == 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+           "edgekit.cli", "compress", "--recipe", str(recipe), "--out", str(tmp_path / "ddp"), "--quiet"]
+    for attempt in ("first", "again"):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("manifest:") == 1, done.stdout  # one report, from rank 0
+        manifest = json.loads((tmp_path / "ddp" / "manifest.json").read_text())
+        assert manifest["status"] == "complete"
+        assert [s["reused"] for s in manifest["stages"]] == [attempt == "again"] * 5
+        assert [s["metrics"].get("processes") for s in manifest["stages"]] == [2, 2, 2, None, None]
+    assert not list((tmp_path / "ddp").glob("*.partial"))
+    single, ddp = (families.load_model(tmp_path / run / "02-distill" / "model") for run in ("single", "ddp"))
+    a, b = single.state_dict(), ddp.state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-3
+    pruned = families.load_model(tmp_path / "ddp" / "03-prune" / "model")
+    assert pruned.num_parameters() < ddp.num_parameters()
+    (tmp_path / "a-file").write_text("")
+    done = subprocess.run(cmd[:-2] + [str(tmp_path / "a-file"), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "edgekit: error: --out" in done.stderr  # rank 0's one line; no rank left waiting
+
+
 if __name__ == "__main__":
     import torch.distributed as dist
 

@@ -99,13 +99,13 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         projections = []
     loss = training.train(model, s_enc, loss_fn(weights, pairs, t_depth, temperature, proj_emb, proj_hid, view),
                           out_dir=out_dir, epochs=epochs, desc="distill", extra_params=projections, **settings)
-    rank, _ = training.distributed()
+    rank, world = training.distributed()
     if rank == 0:
         families.save_model(model, s_tok, out_dir / "model")
         shutil.rmtree(out_dir / "intermediate", ignore_errors=True)
     metrics = {"params": sum(p.numel() for p in model.parameters()), "train_loss": round(loss, 4),
-               "student_layers": keep, "layer_map": pairs, "teacher_cache_mb": round(view.cached_mb, 1), **notes,
-               **{k: round(v, 4) for k, v in phase_losses.items()}}
+               "student_layers": keep, "layer_map": pairs, "teacher_cache_mb": round(view.cached_mb, 1),
+               "processes": world, **notes, **{k: round(v, 4) for k, v in phase_losses.items()}}
     if init_share is not None:
         metrics["init_from_teacher"] = round(init_share, 3)
     return Artifact(out_dir / "model", "hf", metrics)

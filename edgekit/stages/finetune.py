@@ -18,7 +18,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: floa
         out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
         checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id, desc="finetune",
         progress=ctx.progress)
-    if training.distributed()[0] == 0:
+    rank, world = training.distributed()
+    if rank == 0:
         families.save_model(model, tokenizer, out_dir / "model")
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
-                                              "train_loss": round(loss, 4)})
+                                              "train_loss": round(loss, 4), "processes": world})

@@ -54,15 +54,26 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
             recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
         model.config.edgekit_shapes = shapes
-        families.save_model(model, tokenizer, step_dir / "model")
-    families.save_model(model, tokenizer, out_dir / "model")
-    for step in range(1, steps + 1):
-        shutil.rmtree(out_dir / f"step-{step}", ignore_errors=True)
+        save(model, tokenizer, step_dir / "model")
+    save(model, tokenizer, out_dir / "model")
+    if training.distributed()[0] == 0:
+        for step in range(1, steps + 1):
+            shutil.rmtree(out_dir / f"step-{step}", ignore_errors=True)
     shapes = model.config.edgekit_shapes
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
                                               **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {}),
-                                              **({"embedding_rank": embedding_rank} if embedding_rank else {})})
+                                              **({"embedding_rank": embedding_rank} if embedding_rank else {}),
+                                              "processes": training.distributed()[1]})
+
+
+def save(model, tokenizer, path: Path) -> None:
+    """Rank 0 writes (under torchrun every rank holds the same weights: same scores, averaged gradients)."""
+    rank, world = training.distributed()
+    if rank == 0:
+        families.save_model(model, tokenizer, path)
+    if world > 1:
+        torch.distributed.barrier()
 
 
 def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
