@@ -7,6 +7,7 @@ starts here (gloo on CPU, nccl on GPU), the model is wrapped in DistributedDataP
 same global batches and takes its own rows of each (rows r, r+N, ...), each rank's loss is scaled by its share
 of the rows so the averaged gradient is the gradient of the whole batch, and only rank 0 writes checkpoints."""
 import datetime
+import json
 import os
 import random
 import shutil
@@ -99,10 +100,16 @@ def distributed() -> tuple:
 
 
 def tell(message: dict) -> dict:
-    """Rank 0 sends `message` to every rank (the others pass None and get it back)."""
-    box = [message]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
+    """Rank 0 sends `message` to every rank (the others pass None and get it back); as JSON, never a pickle."""
+    rank, world = distributed()
+    device = _device(world)
+    raw = json.dumps(message).encode() if rank == 0 else b""
+    size = torch.tensor([len(raw)], device=device)
+    torch.distributed.broadcast(size, src=0)
+    buf = torch.tensor(list(raw), dtype=torch.uint8, device=device) if rank == 0 else \
+        torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    torch.distributed.broadcast(buf, src=0)
+    return json.loads(bytes(buf.cpu().tolist()))
 
 
 def _device(world: int):
