@@ -13,6 +13,8 @@ Variants (distill settings over the distilbert-int8 recipe's):
          (pretrained, same WordPiece pieces as mpnet-base); phase 1 embedding + attention + hidden MSE through
          learned 384 -> 768 projections, phase 2 soft KD + CE, on the training set plus 2 augmented copies of
          each sentence; the teacher's hidden states and attention maps cached once (cache_mb)
+  four-kd  the same student and augmented set in one phase: soft KD (alpha 0.7) + CE + cosine through the
+         projection (DistilBERT's losses), 3 epochs
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
 """
@@ -30,6 +32,8 @@ VARIANTS = {
     "six": {"layers": "every_other"},
     "three": {"layers": "every_other"},
     "four": {"student": "minilm-l6", "layers": [0, 2, 3, 5], "cache_mb": 16000},
+    "four-kd": {"student": "minilm-l6", "layers": [0, 2, 3, 5], "augment": 2, "alpha": 0.7, "epochs": 3.0,
+                "cache_mb": 16000},
 }
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 

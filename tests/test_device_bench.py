@@ -99,6 +99,8 @@ def sidecar_copy(src: Path, into: Path, change) -> Path:
     ("onnx", lambda m: m.update(labels=["a", "b", "c"]), "returns 2 scores but model.json lists 3 labels"),
     ("onnx", lambda m: m.update(tokenizer="vocab.json"), "names tokenizer 'vocab.json', which is not beside"),
     ("onnx", lambda m: m.pop("pad_id"), "lacks pad_id"),
+    ("onnx", lambda m: m.update(onnxruntime={"disabled_optimizers": "SkipLayerNormFusion"}),
+     "onnxruntime.disabled_optimizers is 'SkipLayerNormFusion'; give a list"),
     ("onnx", lambda m: m.update(quantization={"mode": "static"}, target="arm64", anything="new"), None),
 ])
 def test_sidecar_that_does_not_match_is_one_line(exported, alone, tmp_path, fmt, change, message):

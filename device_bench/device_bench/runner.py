@@ -109,9 +109,14 @@ class OnnxRunner:
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+        # edgekit's sidecar names ONNX Runtime fusions that are slower on CPU (SkipLayerNormFusion for INT8)
+        section = meta.get("onnxruntime") or {}
+        disabled = section.get("disabled_optimizers", []) if isinstance(section, dict) else section
+        if not isinstance(disabled, list) or not all(isinstance(n, str) for n in disabled):
+            raise BenchError(f"model.json onnxruntime.disabled_optimizers is {disabled!r}; give a list of ONNX Runtime "
+                             f"optimizer names (e.g. [\"SkipLayerNormFusion\"]) or copy the model.json exported with "
+                             f"{path.name}")
         try:
-            # edgekit's sidecar names ONNX Runtime fusions that are slower on CPU (SkipLayerNormFusion for INT8)
-            disabled = (meta.get("onnxruntime") or {}).get("disabled_optimizers", [])
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
                                                 disabled_optimizers=list(disabled))
         except Exception as e:
