@@ -38,11 +38,13 @@ VARIANTS = {
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 
 
-def recipe_for(teacher: str, variant: str, finetune_lr: float, epochs: float) -> dict:
+def recipe_for(teacher: str, variant: str, finetune_lr: float, epochs: float, student: str = None) -> dict:
     base = recipes.load(BASE.get(variant, "distilbert-int8"))
     base.update(teacher=teacher, stages=["finetune", "distill", "evaluate"], budgets={})
     base["finetune"] = {**base["finetune"], "lr": finetune_lr}
     base["distill"] = {**base["distill"], "epochs": epochs, **VARIANTS[variant]}
+    if student:
+        base["distill"]["student"] = student
     base["evaluate"] = {"split": "test"}
     for k in ("export", "quantize", "bench"):
         base.pop(k, None)
@@ -64,6 +66,8 @@ def main():
     ap.add_argument("--variants", nargs="+", default=["six", "four"], choices=list(VARIANTS))
     ap.add_argument("--finetune-lr", type=float, default=5e-5)
     ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--student", default=None, help="a model folder or asset name in place of the variant's student "
+                    "(e.g. an already fine-tuned minilm-l6); the row is named VARIANT@STUDENT")
     ap.add_argument("--runs", default="artifacts/distill-targets")
     ap.add_argument("--out", default=None)
     ap.add_argument("--from-run", default=None, help="a finished run with finetune and distill stages")
@@ -74,15 +78,16 @@ def main():
     root = Path(args.runs) / args.teacher
     rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []
     for variant in args.variants:
+        name = f"{variant}@{args.student}" if args.student else variant
         started = time.time()
-        recipe = recipe_for(args.teacher, variant, args.finetune_lr, args.epochs)
-        manifest = pipeline.run(recipe, root / variant, progress=True, shared=root / "shared")
+        recipe = recipe_for(args.teacher, variant, args.finetune_lr, args.epochs, args.student)
+        run_dir = (root / name.replace("/", "_")).resolve()
+        manifest = pipeline.run(recipe, run_dir, progress=True, shared=root / "shared")
         stages = {s["name"]: s for s in manifest["stages"]}
         final = stages["evaluate"]["metrics"]
-        run_dir = (root / variant).resolve()
         student_dir = run_dir / stages["distill"]["output"]["path"]
         teacher_dir = run_dir / stages["finetune"]["output"]["path"]
-        row = {"teacher": args.teacher, "variant": variant, "distill": recipe["distill"],
+        row = {"teacher": args.teacher, "variant": name, "distill": recipe["distill"],
                "student_params": stages["distill"]["metrics"]["params"],
                "teacher_params": stages["finetune"]["metrics"]["params"],
                "accuracy": final["accuracy"], "teacher_accuracy": final["teacher_accuracy"],
@@ -91,7 +96,7 @@ def main():
                "distill_minutes": round(stages["distill"]["seconds"] / 60, 1),
                "wall_minutes": round((time.time() - started) / 60, 1),
                **out_of_domain(student_dir, teacher_dir, manifest["data"]["labels"])}
-        rows = [r for r in rows if r["variant"] != variant] + [row]
+        rows = [r for r in rows if r["variant"] != name] + [row]
         write(out, {"run": str(root), "rows": rows})
         print(json.dumps(row), file=sys.stderr)
 

@@ -99,7 +99,8 @@ def log(msg: str, progress: bool) -> None:
 
 
 def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> dict:
-    """Run a recipe into `out`. `shared`: a folder of finished stages, by key, that several runs draw on (sweeps)."""
+    """Run a recipe into `out`; returns the manifest (None on a rank > 0 under torchrun: rank 0 holds it).
+    `shared`: a folder of finished stages, by key, that several runs draw on (sweeps)."""
     from edgekit import training
 
     out = Path(out).resolve()
