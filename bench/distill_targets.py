@@ -28,12 +28,12 @@ from edgekit import data, pipeline, recipe as recipes, runtime
 from edgekit.artifact import Artifact
 from edgekit.stages import evaluate
 
+FOUR = {"student": "minilm-l6", "layers": [0, 2, 3, 5], "cache_mb": 16000}
 VARIANTS = {
     "six": {"layers": "every_other"},
     "three": {"layers": "every_other"},
-    "four": {"student": "minilm-l6", "layers": [0, 2, 3, 5], "cache_mb": 16000},
-    "four-kd": {"student": "minilm-l6", "layers": [0, 2, 3, 5], "augment": 2, "alpha": 0.7, "epochs": 3.0,
-                "cache_mb": 16000},
+    "four": FOUR,
+    "four-kd": {**FOUR, "augment": 2, "alpha": 0.7, "epochs": 3.0},
 }
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 
