@@ -21,20 +21,26 @@ def main(argv=None) -> int:
     except EdgekitError as e:
         if args.verbose:
             raise
-        print(f"edgekit: error: {e}", file=sys.stderr)
+        print(f"edgekit: error{_rank()}: {e}", file=sys.stderr)
         return e.code
     except OSError as e:  # full disk, read-only folder, vanished file: say which and what to do
         if args.verbose:
             raise
         where = f" {e.filename}" if e.filename else ""
-        print(f"edgekit: error: cannot write or read{where}: {e.strerror or e}; free space, fix permissions or "
-              f"choose another --out, then run the same command again (finished stages are kept)", file=sys.stderr)
+        print(f"edgekit: error{_rank()}: cannot write or read{where}: {e.strerror or e}; free space, fix permissions "
+              f"or choose another --out, then run the same command again (finished stages are kept)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("edgekit: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     finally:
         _leave_process_group()
+
+
+def _rank() -> str:
+    """' (rank N)' on ranks > 0 under torchrun: when every rank fails, the lines say which process wrote which."""
+    rank = os.environ.get("RANK", "0")
+    return f" (rank {rank})" if os.environ.get("WORLD_SIZE", "1") != "1" and rank != "0" else ""
 
 
 def _leave_process_group() -> None:

@@ -28,6 +28,14 @@ def test_usage_errors_exit_2_with_one_line():
         assert len(done.stderr.strip().splitlines()) <= 3 and "Traceback" not in done.stderr
 
 
+def test_errors_of_ranks_after_the_first_say_which_rank(monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, prefix in (("1", "edgekit: error (rank 1): "), ("0", "edgekit: error: ")):
+        monkeypatch.setenv("RANK", rank)
+        assert cli.main(["compress", "--recipe", "nope"]) == 2
+        assert capsys.readouterr().err.startswith(prefix)
+
+
 def test_runtime_errors_exit_1_and_verbose_shows_the_traceback(tmp_path):
     args = ["compress", "--data", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o")]
     done = edgekit(*args)
