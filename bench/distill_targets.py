@@ -16,6 +16,7 @@ Variants (distill settings over the distilbert-int8 recipe's):
   four-kd  the same student and augmented set in one phase: soft KD (alpha 0.7) + CE + cosine through the
          projection (DistilBERT's losses), 3 epochs
   four-kd6 four-kd on up to 6 augmented copies of each sentence (60,485 extra), 2 epochs
+  minilm-kd  four-kd with all 6 of minilm-l6's layers, 2 epochs: the 384-wide family's own ceiling
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
 """
@@ -36,6 +37,7 @@ VARIANTS = {
     "four": FOUR,
     "four-kd": {**FOUR, "augment": 2, "alpha": 0.7, "epochs": 3.0},
     "four-kd6": {**FOUR, "augment": 6, "alpha": 0.7, "epochs": 2.0},
+    "minilm-kd": {**FOUR, "layers": "all", "augment": 2, "alpha": 0.7, "epochs": 2.0},
 }
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 
