@@ -15,7 +15,7 @@ Variants (distill settings over the distilbert-int8 recipe's):
          each sentence; the teacher's hidden states and attention maps cached once (cache_mb)
   four-kd  the same student and augmented set in one phase: soft KD (alpha 0.7) + CE + cosine through the
          projection (DistilBERT's losses), 3 epochs
-  four-kd6 four-kd on up to 6 augmented copies of each sentence (60,485 extra), 2 epochs
+  four-kd6  four-kd on up to 6 augmented copies of each sentence (60,485 extra), 2 epochs
   minilm-kd  four-kd with all 6 of minilm-l6's layers, 2 epochs: the 384-wide family's own ceiling
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
@@ -31,13 +31,14 @@ from edgekit.artifact import Artifact
 from edgekit.stages import evaluate
 
 FOUR = {"student": "minilm-l6", "layers": [0, 2, 3, 5], "cache_mb": 16000}
+FOUR_KD = {**FOUR, "augment": 2, "alpha": 0.7, "epochs": 3.0}
 VARIANTS = {
     "six": {"layers": "every_other"},
     "three": {"layers": "every_other"},
     "four": FOUR,
-    "four-kd": {**FOUR, "augment": 2, "alpha": 0.7, "epochs": 3.0},
-    "four-kd6": {**FOUR, "augment": 6, "alpha": 0.7, "epochs": 2.0},
-    "minilm-kd": {**FOUR, "layers": "all", "augment": 2, "alpha": 0.7, "epochs": 2.0},
+    "four-kd": FOUR_KD,
+    "four-kd6": {**FOUR_KD, "augment": 6, "epochs": 2.0},
+    "minilm-kd": {**FOUR_KD, "layers": "all", "epochs": 2.0},
 }
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 
