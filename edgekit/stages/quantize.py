@@ -13,10 +13,11 @@ at load time, so it is off by default. Target settings (reduce_range, signedness
 TFLite INT8 files are compacted afterwards (edgekit.tflite_file: quantization tables shared between bucket
 signatures, internal debug names dropped; outputs identical).
 
-`max_accuracy_drop`: the drop against the FP32 export is measured on the validation split, one sentence at a
-time; when it is larger, ONNX keeps its most sensitive weight nodes in float (sensitivity = mean logit error with that node alone
-quantized, on 64 validation sentences), the worst 1, 2, 4, ... of them until the drop holds; TFLite and TorchScript step down to a milder
-method (static -> dynamic -> fp16). What was kept or changed is recorded in the sidecar and the manifest.
+`max_accuracy_drop`: the drop against the FP32 export is measured on the validation split, one sentence at a time;
+when it is larger, ONNX keeps its most sensitive weight nodes in float (sensitivity = mean logit error with that
+node alone quantized, on 64 validation sentences), the worst 1, 2, 4, ... of them until the drop holds; TFLite and
+TorchScript step down to a milder method (static -> dynamic -> fp16). What was kept or changed is recorded in the
+sidecar and the manifest.
 """
 import contextlib
 import json
