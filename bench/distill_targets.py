@@ -17,6 +17,8 @@ Variants (distill settings over the distilbert-int8 recipe's):
          projection (DistilBERT's losses), 3 epochs
   four-kd6  four-kd on up to 6 augmented copies of each sentence (60,485 extra), 2 epochs
   minilm-kd  four-kd with all 6 of minilm-l6's layers, 2 epochs: the 384-wide family's own ceiling
+  four-kd-val  four-kd keeping layers 0, 2, 3, 4: of the 15 ways to keep 4 of 6 layers, the one that loses least
+         validation accuracy before any training (bench/layer_drop.py on the --student model)
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
 """
@@ -39,6 +41,7 @@ VARIANTS = {
     "four-kd": FOUR_KD,
     "four-kd6": {**FOUR_KD, "augment": 6, "epochs": 2.0},
     "minilm-kd": {**FOUR_KD, "layers": "all", "epochs": 2.0},
+    "four-kd-val": {**FOUR_KD, "layers": [0, 2, 3, 4]},
 }
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 

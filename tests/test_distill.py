@@ -115,7 +115,8 @@ def test_two_phases_with_projections_and_widths_that_differ(model_dir, csv_file,
 def test_a_killed_two_phase_run_resumes_to_the_same_student(model_dir, csv_file, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
     ctx = context(csv_file, model_dir)
-    settings = dict(epochs=1, intermediate_epochs=1, batch_size=16, hidden=1.0, checkpoint_every=3, augment=1)
+    settings = dict(epochs=1, intermediate_epochs=1, batch_size=16, hidden=1.0, checkpoint_every=3, augment=1,
+                    student_finetune=0.5)  # the kills land after the student fine-tune, which resumes finished
     straight = distill.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, **settings)
     original = distill.loss_fn
     for dies_at in (5, 17):  # in the intermediate phase, then in the prediction phase
@@ -186,12 +187,27 @@ def test_bad_init_from_is_one_line_and_writes_nothing(model_dir, csv_file, tmp_p
     ({"student_config": NARROW, "hidden": 1.0, "projection": False}, "projection is false"),
     ({"intermediate_epochs": 1, "cosine": 0.0}, "needs an intermediate loss"),
     ({"student_config": {"vocab_size": 10}}, "student_config key 'vocab_size'"),
+    ({"student_finetune": -1}, "student_finetune=-1: epochs"),
 ])
 def test_bad_distill_settings(model_dir, csv_file, tmp_path, settings, message):
     ctx = context(csv_file, model_dir)
     with pytest.raises(EdgekitError, match=message):
         distill.run(Artifact(model_dir, "hf"), tmp_path, ctx, epochs=1, **settings)
     assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoint").exists()
+
+
+def test_student_finetune_trains_a_pretrained_student_on_labels_before_distilling(model_dir, csv_file, tmp_path):
+    ctx = context(csv_file, model_dir)
+    student = testing.make_model_dir(tmp_path / "student", layers=2, seed=1)
+    runs = {}
+    for finetune in (0, 1):
+        torch.manual_seed(0)  # the new classifier head starts the same in both runs
+        runs[finetune] = distill.run(Artifact(model_dir, "hf"), tmp_path / str(finetune), ctx, student=str(student),
+                                     layers="all", epochs=0.1, lr=1e-3, batch_size=16, student_finetune=finetune)
+    assert "student_finetune_loss" not in runs[0].metrics and runs[1].metrics["student_finetune_loss"] > 0
+    assert not (tmp_path / "1" / "student-finetune").exists()
+    a, b = (families.load_model(runs[k].path).state_dict() for k in (0, 1))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-3
 
 
 def test_a_pretrained_student_with_other_pieces_falls_back_to_logit_kd(model_dir, csv_file, tmp_path):
