@@ -84,7 +84,6 @@ def main():
         return from_run(Path(args.from_run), args.out)
     out = Path(args.out or f"bench/results/distill-targets-{args.teacher}.json")
     root = Path(args.runs) / args.teacher
-    rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []
     for variant in args.variants:
         name = f"{variant}@{args.student}" if args.student else variant
         started = time.time()
@@ -104,8 +103,8 @@ def main():
                "distill_minutes": round(stages["distill"]["seconds"] / 60, 1),
                "wall_minutes": round((time.time() - started) / 60, 1),
                **out_of_domain(student_dir, teacher_dir, manifest["data"]["labels"])}
-        rows = [r for r in rows if r["variant"] != name] + [row]
-        write(out, {"run": str(root), "rows": rows})
+        rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []  # another run may have added rows
+        write(out, {"run": str(root), "rows": [r for r in rows if r["variant"] != name] + [row]})
         print(json.dumps(row), file=sys.stderr)
 
 
