@@ -28,8 +28,8 @@ when their fp16 size fits in `cache_mb`; otherwise the teacher runs with each ba
 `init_from`: weights of an earlier run (its checkpoint folder, model folder or a .safetensors file); they must fit
 the student exactly, and the student starts from them.
 `student_finetune: E` first trains the student alone on the task's hard labels for E epochs (at `lr`), so
-distillation starts from a task model rather than a random classifier head: with minilm-l6 under mpnet-base
-this lifted the distilled student by about a point (bench/distill_targets.py).
+distillation starts from a task model rather than a random classifier head: a fine-tuned minilm-l6 start lifted
+its 4-layer student under mpnet-base from 0.8364 to 0.8447 (bench/distill_targets.py, four-kd).
 """
 import shutil
 from pathlib import Path
