@@ -158,6 +158,14 @@ def _global_mean(loss, world: int) -> float:
     return total.item()
 
 
+def hard_label_loss(model, batch):
+    """Cross-entropy of the model's logits against the batch's labels: fine-tuning's loss."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                           batch["labels"])
+
+
 def soft_label_kd(student_logits, teacher_logits, temperature: float):
     """Hinton's soft-label loss: KL between temperature-softened distributions, times T^2 so its gradients keep
     their scale as T changes."""

@@ -72,8 +72,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
                     checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=s_tok.pad_token_id, progress=ctx.progress)
     if student_finetune:
         notes["student_finetune_loss"] = round(training.train(
-            model, data.encode(s_tok, examples, ctx.max_length), lambda m, b: F.cross_entropy(
-                m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"]),
+            model, data.encode(s_tok, examples, ctx.max_length), training.hard_label_loss,
             out_dir=out_dir / "student-finetune", epochs=student_finetune, desc="distill (student fine-tune)",
             **settings), 4)
     if augment:

@@ -2,8 +2,6 @@
 training is data-parallel (training.train) and rank 0 writes the model."""
 from pathlib import Path
 
-import torch.nn.functional as F
-
 from edgekit import data, families, training
 from edgekit.artifact import Artifact
 
@@ -13,11 +11,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: floa
     tokenizer = families.load_tokenizer(artifact.path)
     model = families.load_model(artifact.path, labels=ctx.splits.labels)
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
-    loss = training.train(model, encoded, lambda m, b: F.cross_entropy(
-        m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"]),
-        out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
-        checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id, desc="finetune",
-        progress=ctx.progress)
+    loss = training.train(model, encoded, training.hard_label_loss, out_dir=out_dir, epochs=epochs, lr=lr,
+                          batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
+                          checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id,
+                          desc="finetune", progress=ctx.progress)
     rank, world = training.distributed()
     if rank == 0:
         families.save_model(model, tokenizer, out_dir / "model")
