@@ -13,19 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
-from edgekit import data, families
-
-
-def accuracy(model, encoded: list, pad_id: int) -> float:
-    correct = 0
-    with torch.no_grad():
-        for b in data.batches(encoded, 64, pad_id, shuffle=False, seed=0):
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            correct += (logits.argmax(-1) == b["labels"]).sum().item()
-    return round(correct / len(encoded), 4)
+from edgekit import data, families, runtime
+from edgekit.stages import evaluate
 
 
 def main():
@@ -35,22 +26,22 @@ def main():
     ap.add_argument("--data", default="rt-polarity")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    model = families.load_model(args.model).eval()
+    hf = runtime.load(args.model)  # evaluate.accuracy's interface; each subset is swapped in as hf.model
+    model = hf.model
     depth = families.num_layers(model.config)
     if not 1 <= args.keep < depth:
         sys.exit(f"layer_drop: --keep {args.keep}: this model has {depth} layers; give 1..{depth - 1}")
-    tok = families.load_tokenizer(args.model)
-    encoded = data.encode(tok, data.load(args.data).validation, 128)
-    rows = [{"keep": "all", "accuracy": accuracy(model, encoded, tok.pad_token_id)}]
+    examples = data.load(args.data).validation
+    rows = [{"keep": "all", "accuracy": evaluate.accuracy(hf, examples, 64, False, "all")}]
     for keep in tqdm(list(itertools.combinations(range(depth), args.keep)), desc="subsets", unit="subset"):
-        rows.append({"keep": list(keep), "accuracy": accuracy(families.student_from_teacher(model, list(keep)).eval(),
-                                                              encoded, tok.pad_token_id)})
+        hf.model = families.student_from_teacher(model, list(keep))
+        rows.append({"keep": list(keep), "accuracy": evaluate.accuracy(hf, examples, 64, False, str(keep))})
     rows[1:] = sorted(rows[1:], key=lambda r: -r["accuracy"])
     out = args.out or Path(f"bench/results/layer-drop-{args.keep}.json")
-    result = {"model": str(args.model), "data": args.data, "split": "validation", "examples": len(encoded),
+    result = {"model": str(args.model), "data": args.data, "split": "validation", "examples": len(examples),
               "subsets": rows}
     lines = [f"Keeping {args.keep} of {depth} layers of `{args.model}`, no training; accuracy on {args.data} "
-             f"validation ({len(encoded)} sentences).", "", "| layers kept | accuracy |", "|---|---:|"]
+             f"validation ({len(examples)} sentences).", "", "| layers kept | accuracy |", "|---|---:|"]
     lines += [f"| {r['keep'] if r['keep'] == 'all' else ', '.join(map(str, r['keep']))} | {r['accuracy']:.4f} |"
               for r in rows]
     for path, text in ((out, json.dumps(result, indent=1)), (out.with_suffix(".md"), "\n".join(lines) + "\n")):
