@@ -19,6 +19,8 @@ Variants (distill settings over the distilbert-int8 recipe's):
   minilm-kd  four-kd with all 6 of minilm-l6's layers, 2 epochs: the 384-wide family's own ceiling
   four-kd-val  four-kd keeping layers 0, 2, 3, 4: of the 15 ways to keep 4 of 6 layers, the one that loses least
          validation accuracy before any training (bench/layer_drop.py on the --student model)
+  four-kd-lr5, four-kd-lr2  four-kd at half (5e-5) and twice (2e-4) the learning rate
+  four-kd-val-lr2  four-kd-val at 2e-4
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
 """
@@ -42,6 +44,9 @@ VARIANTS = {
     "four-kd6": {**FOUR_KD, "augment": 6, "epochs": 2.0},
     "minilm-kd": {**FOUR_KD, "layers": "all", "epochs": 2.0},
     "four-kd-val": {**FOUR_KD, "layers": [0, 2, 3, 4]},
+    "four-kd-lr5": {**FOUR_KD, "lr": 5e-5},
+    "four-kd-lr2": {**FOUR_KD, "lr": 2e-4},
+    "four-kd-val-lr2": {**FOUR_KD, "layers": [0, 2, 3, 4], "lr": 2e-4},
 }
 BASE = {"four": "tinybert-int8"}  # the others start from distilbert-int8
 
@@ -79,11 +84,20 @@ def main():
     ap.add_argument("--runs", default="artifacts/distill-targets")
     ap.add_argument("--out", default=None)
     ap.add_argument("--from-run", default=None, help="a finished run with finetune and distill stages")
+    ap.add_argument("--add-validation", action="store_true", help="score the students of the stored rows whose "
+                    "run folders are still here on the validation split (no training)")
     args = ap.parse_args()
     if args.from_run:
         return from_run(Path(args.from_run), args.out)
     out = Path(args.out or f"bench/results/distill-targets-{args.teacher}.json")
     root = Path(args.runs) / args.teacher
+    if args.add_validation:
+        result = json.loads(out.read_text())
+        for row in result["rows"]:
+            run_dir = root / row["variant"].replace("/", "_")
+            if (run_dir / "manifest.json").is_file():
+                row.update(validation(run_dir.resolve()))
+        return write(out, result)
     for variant in args.variants:
         name = f"{variant}@{args.student}" if args.student else variant
         started = time.time()
@@ -102,10 +116,21 @@ def main():
                "finetune_minutes": round(stages["finetune"]["seconds"] / 60, 1),
                "distill_minutes": round(stages["distill"]["seconds"] / 60, 1),
                "wall_minutes": round((time.time() - started) / 60, 1),
-               **out_of_domain(student_dir, teacher_dir, manifest["data"]["labels"])}
+               **out_of_domain(student_dir, teacher_dir, manifest["data"]["labels"]), **validation(run_dir)}
         rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []  # another run may have added rows
         write(out, {"run": str(root), "rows": [r for r in rows if r["variant"] != name] + [row]})
         print(json.dumps(row), file=sys.stderr)
+
+
+def validation(run_dir: Path) -> dict:
+    """Student and teacher accuracy on the validation split: variants are compared here, the test split reports."""
+    manifest, ctx = pipeline.context_of(run_dir, progress=False)
+    stages = {s["name"]: s for s in manifest["stages"]}
+    student = evaluate.accuracy(runtime.load(run_dir / stages["distill"]["output"]["path"]), ctx.splits.validation,
+                                64, False, "validation")
+    teacher = evaluate.accuracy(runtime.load(ctx.teacher.path), ctx.splits.validation, 64, False, "validation teacher")
+    return {"validation_accuracy": student, "validation_teacher_accuracy": teacher,
+            "validation_retained": round(student / teacher, 4)}
 
 
 def from_run(run: Path, out: str) -> None:
@@ -133,12 +158,13 @@ def from_run(run: Path, out: str) -> None:
 def write(out: Path, result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    lines = ["| teacher | student | params | accuracy | teacher | retained | vader-amazon retained | distill min |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| teacher | student | params | accuracy | teacher | retained | vader-amazon retained | validation retained "
+             "| distill min |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['teacher']} | {r['variant']} | {r['student_params'] / 1e6:.1f}M | {r['accuracy']:.4f} | "
                      f"{r['teacher_accuracy']:.4f} | {r['accuracy_retained']:.3f} | "
-                     f"{r.get('vader_amazon_retained', 'n/a')} | {r['distill_minutes']} |")
+                     f"{r.get('vader_amazon_retained', 'n/a')} | {r.get('validation_retained', 'n/a')} | "
+                     f"{r['distill_minutes']} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
