@@ -29,7 +29,9 @@ import numpy as np
 
 from edgekit import data, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb
-from edgekit.stages import bench, evaluate, export, quantize
+from edgekit.stages import bench, evaluate
+
+import peers  # bench/peers.py: the teacher and the peer are built the same way there
 
 TARGETS = {  # issue #9, per recipe: checked on every final artifact; a recipe meets them when one artifact meets all
     "edge-base": {"size_mb": 20.0, "speedup_vs_peer": 10.0, "retained": 0.97, "vader_retained": 0.97, "roofline": 1.5},
@@ -71,8 +73,7 @@ def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
     print(f"{name}: {run}", file=sys.stderr)
     ctx = replace(ctx, targets=["x86"], progress=False)
     work = run / "headline"
-    teacher = export.run(ctx.teacher, work / "teacher-fp32", ctx, format="onnx")
-    peer = quantize.run(teacher, work / "teacher-int8", ctx, mode="dynamic", per_channel=True, fuse=False)
+    teacher, peer = peers.teacher_and_peer(ctx, work)
     stages = {s["name"]: s for s in manifest["stages"]}
     student_onnx = Artifact.from_json(stages["export"]["output"], run).all().get("onnx")
     models = [("teacher FP32", teacher.path, teacher.path), ("peer: teacher ORT dynamic INT8", peer.path, teacher.path)]
@@ -84,8 +85,7 @@ def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
             continue
         seen[key] = len(models)
         models.append((f"edgekit {out}", art.path, student_onnx.path if student_onnx else None))
-    texts = work / "sentences.txt"
-    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:timed]))
+    texts = peers.sentences(ctx.splits.test[:timed], work)
     latency = bench.measure_interleaved([path for _, path, _ in models], rounds=rounds, seq_len=128, threads=1,
                                         runs=timed, warmup=10, texts=texts)
     vader = data.out_of_domain(manifest["data"]["labels"])

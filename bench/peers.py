@@ -27,13 +27,11 @@ def main(argv=None):
     a = p.parse_args(argv)
     run = a.run.resolve()
     manifest, ctx = pipeline.context_of(run)  # accuracy on the whole test split
-    recipe, splits, teacher = manifest["recipe"], ctx.splits, ctx.teacher
+    recipe, splits = manifest["recipe"], ctx.splits
     work = run / "peers"
-    fp32 = export.run(teacher, work / "teacher-fp32", ctx)
-    int8 = quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True, fuse=False)  # plain ORT
+    fp32, int8 = teacher_and_peer(ctx, work)
     final = Artifact.from_json(manifest["final"], run)
-    texts = work / "sentences.txt"
-    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in splits.test[:a.runs]))
+    texts = sentences(splits.test[:a.runs], work)
     models = (("teacher FP32 (ONNX Runtime)", fp32), ("teacher dynamic INT8 per-channel (ORT, optimum-style)", int8),
               (f"edgekit {recipe['name']} final", final))
     latencies = bench.measure_interleaved([art.path for _, art in models], rounds=a.rounds, seq_len=a.seq_len,
@@ -59,6 +57,19 @@ def main(argv=None):
     table = markdown(result)
     (a.out / f"{stem}.md").write_text(table)
     print(table)
+
+
+def teacher_and_peer(ctx, work: Path) -> tuple:
+    """The run's FP32 teacher in ONNX and its plain ONNX Runtime dynamic INT8, per-channel (the optimum-cli path)."""
+    fp32 = export.run(ctx.teacher, work / "teacher-fp32", ctx, format="onnx")
+    return fp32, quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True, fuse=False)
+
+
+def sentences(examples: list, work: Path) -> Path:
+    """The real sentences the latency runs feed, one per line."""
+    texts = work / "sentences.txt"
+    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in examples))
+    return texts
 
 
 def markdown(result: dict) -> str:
