@@ -22,7 +22,8 @@ Variants (distill settings over the distilbert-int8 recipe's):
   four-kd-lr5, four-kd-lr2  four-kd at half (5e-5) and twice (2e-4) the learning rate
   four-kd-val-lr2  four-kd-val at 2e-4
 The teacher is fine-tuned once and shared between variants (pipeline's shared stages). Results go to
-bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant.
+bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant. Each row also has both
+models' accuracy on the validation split (`--add-validation` scores the stored rows whose run folders are here).
 """
 import argparse
 import json
@@ -92,6 +93,8 @@ def main():
     out = Path(args.out or f"bench/results/distill-targets-{args.teacher}.json")
     root = Path(args.runs) / args.teacher
     if args.add_validation:
+        if not out.is_file():
+            sys.exit(f"distill_targets: --add-validation: no results at {out}; run some --variants first")
         result = json.loads(out.read_text())
         for row in result["rows"]:
             run_dir = root / row["variant"].replace("/", "_")
@@ -123,7 +126,8 @@ def main():
 
 
 def validation(run_dir: Path) -> dict:
-    """Student and teacher accuracy on the validation split: variants are compared here, the test split reports."""
+    """Student and teacher accuracy on the validation split, beside the test split's: a choice between variants
+    made on test accuracy can be checked against data no choice looked at."""
     manifest, ctx = pipeline.context_of(run_dir, progress=False)
     stages = {s["name"]: s for s in manifest["stages"]}
     student = evaluate.accuracy(runtime.load(run_dir / stages["distill"]["output"]["path"]), ctx.splits.validation,
@@ -137,6 +141,8 @@ def from_run(run: Path, out: str) -> None:
     """The FP32 student of a finished run against its teacher, in and out of domain (no training)."""
     manifest, ctx = pipeline.context_of(run)
     stages = {s["name"]: s for s in manifest["stages"]}
+    if not {"finetune", "distill"} <= set(stages):
+        sys.exit(f"distill_targets: --from-run {run}: it ran {', '.join(stages)}; give a run with finetune and distill")
     student = Artifact.from_json(stages["distill"]["output"], run.resolve())
     acc = evaluate.accuracy(runtime.load(student.path), ctx.splits.test, 64, True, "student")
     teacher = evaluate.accuracy(runtime.load(ctx.teacher.path), ctx.splits.test, 64, True, "teacher")
@@ -148,7 +154,7 @@ def from_run(run: Path, out: str) -> None:
            "final_artifact_accuracy": final.get("accuracy"), "final_artifact_retained": final.get("accuracy_retained"),
            "finetune_minutes": round(stages["finetune"]["seconds"] / 60, 1),
            "distill_minutes": round(stages["distill"]["seconds"] / 60, 1),
-           **out_of_domain(student.path, ctx.teacher.path, manifest["data"]["labels"])}
+           **out_of_domain(student.path, ctx.teacher.path, manifest["data"]["labels"]), **validation(run)}
     out = Path(out or f"bench/results/distill-targets-{row['teacher']}.json")
     rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []
     write(out, {"run": str(run), "rows": [r for r in rows if r["variant"] != row["variant"]] + [row]})
