@@ -97,15 +97,15 @@ def main():
             sys.exit(f"distill_targets: --add-validation: no results at {out}; run some --variants first")
         result = json.loads(out.read_text())
         for row in result["rows"]:
-            run_dir = root / row["variant"].replace("/", "_")
+            run_dir = run_folder(root, row["variant"])
             if (run_dir / "manifest.json").is_file():
-                row.update(validation(run_dir.resolve()))
+                row.update(validation(run_dir))
         return write(out, result)
     for variant in args.variants:
         name = f"{variant}@{args.student}" if args.student else variant
         started = time.time()
         recipe = recipe_for(args.teacher, variant, args.finetune_lr, args.epochs, args.student)
-        run_dir = (root / name.replace("/", "_")).resolve()
+        run_dir = run_folder(root, name)
         manifest = pipeline.run(recipe, run_dir, progress=True, shared=root / "shared")
         stages = {s["name"]: s for s in manifest["stages"]}
         final = stages["evaluate"]["metrics"]
@@ -123,6 +123,11 @@ def main():
         rows = json.loads(out.read_text()).get("rows", []) if out.is_file() else []  # another run may have added rows
         write(out, {"run": str(root), "rows": [r for r in rows if r["variant"] != name] + [row]})
         print(json.dumps(row), file=sys.stderr)
+
+
+def run_folder(root: Path, name: str) -> Path:
+    """Where a row's run lives: its name with the --student path flattened into one folder."""
+    return (root / name.replace("/", "_")).resolve()
 
 
 def validation(run_dir: Path) -> dict:
