@@ -53,8 +53,12 @@ def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
     ids = torch.tensor([encoded[0][0]])
     with torch.no_grad():
         before = model(input_ids=ids).logits
-        prune.keep_vocab(model, sorted({i for e, _ in encoded for i in e}))
+        seen = {i for e, _ in encoded for i in e} | set(tok.all_special_ids)  # as the stage keeps them
+        prune.keep_vocab(model, sorted(seen), tok.unk_token_id)
         assert torch.allclose(model(input_ids=ids).logits, before, atol=1e-6)
+        unseen = next(i for i in range(len(tok.get_vocab())) if i not in seen)
+        rows = model.get_input_embeddings()(torch.tensor([unseen, tok.unk_token_id, tok.pad_token_id]))
+        assert torch.equal(rows[0], rows[1]) and not torch.equal(rows[0], rows[2])  # unseen reads as [UNK], not [PAD]
 
 
 def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model_dir, ctx, tmp_path):

@@ -38,7 +38,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         heads_keep = heads_per_layer / heads
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
     if vocab:
-        keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)))
+        keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)),
+                   tokenizer.unk_token_id)
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
     teacher = families.load_model(artifact.path) if recover_epochs > 0 else None
@@ -178,10 +179,11 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
     return shapes
 
 
-def keep_vocab(model, token_ids: list) -> None:
-    """Keep only these rows of the word embeddings; other token ids map to the unknown token's row."""
+def keep_vocab(model, token_ids: list, unk: int | None) -> None:
+    """Keep only these rows of the word embeddings; other token ids map to the unknown token's row (`unk`, the
+    tokenizer's; BERT configs carry no unk_token_id, and a config lookup sent them to the padding row: on
+    edge-base 57% of vader-amazon sentences had a word piece read as [PAD]). Without an unknown token, row 0."""
     embedding = model.get_input_embeddings()
-    unk = getattr(model.config, "unk_token_id", None)
     keep = sorted(set(token_ids) | ({unk} if isinstance(unk, int) else set()))
     remap = torch.full((embedding.num_embeddings,), keep.index(unk) if isinstance(unk, int) else 0, dtype=torch.long)
     remap[torch.tensor(keep)] = torch.arange(len(keep))
