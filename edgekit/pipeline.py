@@ -184,7 +184,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         settings = recipe.get(name) or {}
         key = hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, manifest["data"]["fingerprint"],
                                          recipe["seed"], recipe["max_length"], edgekit.__version__]
-                                        + ([recipe["targets"]] if name in ("export", "quantize") else []),
+                                        + ([recipe["targets"]] if name in ("export", "quantize") else [])
+                                        + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else []),
                                         sort_keys=True, default=str).encode()).hexdigest()
         stage_dir = out / f"{i:02d}-{name}"
         entry = reusable(previous, i - 1, name, key, out)

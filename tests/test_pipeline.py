@@ -43,6 +43,19 @@ def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_
     assert [s["reused"] for s in changed["stages"]] == [True, False, False, False, False, False]
 
 
+def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):
+    """A fix that changes a stage's output raises its REVISION: runs made before it redo that stage rather than
+    reuse what the old code wrote. Stages after it follow the content: here export writes the same bytes again,
+    so quantize onwards are reused."""
+    from edgekit.stages import export
+
+    out = tmp_path / "run"
+    run(tiny_recipe, out)
+    monkeypatch.setattr(export, "REVISION", 2, raising=False)
+    m = run(tiny_recipe, out)
+    assert [s["reused"] for s in m["stages"]] == [True, True, False, True, True, True]
+
+
 def test_a_corrupted_output_is_not_reused(tiny_recipe, tmp_path):
     out = tmp_path / "run"
     run(tiny_recipe, out)

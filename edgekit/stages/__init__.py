@@ -1,5 +1,6 @@
 """One module per stage, each with one entry function `run(artifact, out_dir, ctx, **settings) -> Artifact`.
-Recipe keys are exactly the keyword arguments of `run`."""
+Recipe keys are exactly the keyword arguments of `run`. A module's `REVISION` (default 1) is raised when a fix
+changes what the stage writes for the same settings, so runs made before it redo that stage instead of reusing it."""
 import importlib
 
 NAMES = ("finetune", "distill", "prune", "export", "quantize", "evaluate", "bench")
@@ -7,3 +8,7 @@ NAMES = ("finetune", "distill", "prune", "export", "quantize", "evaluate", "benc
 
 def entry(name: str):
     return importlib.import_module(f"edgekit.stages.{name}").run
+
+
+def revision(name: str) -> int:
+    return getattr(importlib.import_module(f"edgekit.stages.{name}"), "REVISION", 1)
