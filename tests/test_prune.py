@@ -46,20 +46,6 @@ def test_iterative_prune_with_recovery_saves_reloads_and_exports(model_dir, ctx,
     assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
 
 
-def test_recovery_trains_on_augmented_copies_and_keeps_the_training_vocabulary(model_dir, ctx, tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
-    sizes, real = [], prune.recover
-    monkeypatch.setattr(prune, "recover", lambda m, t, encoded, *a: sizes.append(len(encoded)) or real(m, t, encoded, *a))
-    settings = dict(heads_keep=0.5, vocab=True, importance="magnitude", recover_epochs=0.5, lr=1e-3, batch_size=16)
-    plain = prune.run(Artifact(model_dir, "hf"), tmp_path / "plain", ctx, **settings)
-    augmented = prune.run(Artifact(model_dir, "hf"), tmp_path / "aug", ctx, augment=2, **settings)
-    assert sizes[0] == len(ctx.splits.train) and "augmented_examples" not in plain.metrics
-    assert sizes[1] == len(ctx.splits.train) + augmented.metrics["augmented_examples"] > sizes[0]
-    assert augmented.metrics["vocab_kept"] == plain.metrics["vocab_kept"]  # copies' new pieces read as [UNK]
-    with pytest.raises(EdgekitError, match="prune.augment=-1"):
-        prune.run(Artifact(model_dir, "hf"), tmp_path / "bad", ctx, augment=-1)
-
-
 def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
     model = families.load_model(model_dir)
     tok = families.load_tokenizer(model_dir)

@@ -5,8 +5,7 @@ The matrices really shrink; per-layer head counts, FFN sizes and the vocabulary 
 Importance is gradient-based (Michel et al., "Are Sixteen Heads Really Better than One?": the expected
 |dL/d mask| of each head, here the first-order term |sum ctx_h * dL/dctx_h|, the same for FFN neurons) or
 weight magnitude (cheap). `steps` > 1 prunes iteratively, each step followed by recovery training with KD
-from the unpruned input model. `augment: N` recovers on the training set plus up to N augmented copies of each
-sentence (edgekit.augment, as distill does; cached); the vocabulary kept is still the training set's own.
+from the unpruned input model.
 """
 import shutil
 from pathlib import Path
@@ -25,16 +24,12 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
         importance_batches: int = 32,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
-        temperature: float = 2.0, checkpoint_every: int = 100, augment: int = 0, augment_p: float = 0.3,
-        augment_k: int = 15) -> Artifact:
+        temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
         raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}: each must be a fraction in (0, 1]; "
                            f"a layer always keeps at least one head")
     if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
         raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
-    if augment < 0 or not 0 < augment_p <= 1 or augment_k < 1:
-        raise EdgekitError(f"prune.augment={augment}, augment_p={augment_p}, augment_k={augment_k}: copies >= 0, "
-                           f"0 < augment_p <= 1, augment_k >= 1")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
@@ -50,14 +45,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
     teacher = families.load_model(artifact.path) if recover_epochs > 0 else None
-    notes, recovery = {}, encoded
-    if teacher is not None and augment:
-        from edgekit import augment as augmenting
-
-        extra, _ = augmenting.augment(artifact.path, tokenizer, list(ctx.splits.train), augment, augment_p, augment_k,
-                                      ctx.seed, ctx.progress)
-        recovery = encoded + data.encode(tokenizer, extra, ctx.max_length)
-        notes["augmented_examples"] = len(extra)
     for step in range(1, steps + 1):
         step_dir = out_dir / f"step-{step}"
         if (step_dir / "model" / "config.json").is_file():  # finished before a stop: resume after it
@@ -67,7 +54,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
             if importance == "gradient" else None
         shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope)
         if teacher is not None:
-            recover(model, teacher, recovery, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
+            recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
         model.config.edgekit_shapes = shapes
         save(model, tokenizer, step_dir / "model")
@@ -80,7 +67,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
                                               **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {}),
                                               **({"embedding_rank": embedding_rank} if embedding_rank else {}),
-                                              **notes,
                                               "processes": training.distributed()[1]})
 
 
