@@ -17,8 +17,8 @@ from edgekit import data, families, training
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
-
 REVISION = 2  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs)
+
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
         heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
