@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from edgekit import data, families, training
-from edgekit import distill_losses as losses
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
@@ -25,7 +24,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
         importance_batches: int = 32,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
-        temperature: float = 2.0, recover_hidden: float = 0.0, checkpoint_every: int = 100) -> Artifact:
+        temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
         raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}: each must be a fraction in (0, 1]; "
                            f"a layer always keeps at least one head")
@@ -56,7 +55,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope)
         if teacher is not None:
             recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
-                    recover_hidden, checkpoint_every, tokenizer.pad_token_id)
+                    checkpoint_every, tokenizer.pad_token_id)
         model.config.edgekit_shapes = shapes
         save(model, tokenizer, step_dir / "model")
     save(model, tokenizer, out_dir / "model")
@@ -80,22 +79,14 @@ def save(model, tokenizer, path: Path) -> None:
         torch.distributed.barrier()
 
 
-def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, hidden, checkpoint_every,
-            pad_id):
-    """Recovery training: KD from the unpruned model plus hard-label CE; with `hidden` > 0 also the MSE between
-    every layer's output and the unpruned model's (CoFi's layerwise distillation: pruning keeps depth and width,
-    so layer i matches layer i with no projection)."""
+def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
+    """Recovery training: KD from the unpruned model plus hard-label CE."""
     def loss_fn(m, b):
-        inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"], "output_hidden_states": hidden > 0}
+        inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
         with torch.no_grad():
-            t = teacher(**inputs)
-        s = m(**inputs)
-        loss = 0.5 * training.soft_label_kd(s.logits, t.logits, temperature) + 0.5 * F.cross_entropy(s.logits, b["labels"])
-        if hidden > 0:
-            real = b["attention_mask"].bool()
-            pairs = list(zip(s.hidden_states[1:], t.hidden_states[1:]))
-            loss = loss + hidden * sum(losses.hidden_mse(a, c, real) for a, c in pairs) / len(pairs)
-        return loss
+            t = teacher(**inputs).logits
+        s = m(**inputs).logits
+        return 0.5 * training.soft_label_kd(s, t, temperature) + 0.5 * F.cross_entropy(s, b["labels"])
 
     training.train(model, encoded, loss_fn, out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=0.1,
                    weight_decay=0.01, checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=pad_id,
