@@ -68,8 +68,10 @@ def ffn_size(config) -> int:
 
 
 def load_model(path, labels=None):
-    """A sequence classifier from a transformers folder. `labels` (names) sets a new head when the folder
-    is a plain encoder or its labels differ; pruned shapes from `edgekit_shapes` are re-applied."""
+    """A sequence classifier from a transformers folder; pruned shapes from `edgekit_shapes` are re-applied.
+    `labels` (names, index = class id): a head trained on the same classes in another order has its output rows
+    reordered; a head for other classes, or none (a plain encoder), starts fresh; a head whose labels were never
+    named (LABEL_0, ...) keeps its order."""
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -92,12 +94,33 @@ def load_model(path, labels=None):
                                f"({(bad + missing)[0]}); the checkpoint is damaged, re-run the prune stage")
         model.load_state_dict(state, strict=False)
         return model.eval()
-    kwargs = {}
-    if labels is not None and label_names(config) != list(labels):
-        kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-                  "label2id": {n: i for i, n in enumerate(labels)}}
+    old = label_names(config)
+    if labels is None or old == list(labels):
+        with torch.device("cpu"):
+            return AutoModelForSequenceClassification.from_pretrained(path).eval()
+    labels = list(labels)
     with torch.device("cpu"):
-        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
+            ignore_mismatched_sizes=True, output_loading_info=True)
+    head = [m for n, m in model.named_children() if n != model.base_model_prefix]
+    fresh = [k if isinstance(k, str) else k[0] for k in [*info["missing_keys"], *info.get("mismatched_keys", ())]]
+    loaded = not any(k.split(".")[0] != model.base_model_prefix for k in fresh)  # the folder had this head
+    generic = old == [f"LABEL_{i}" for i in range(len(old))]
+    if loaded and sorted(old) == sorted(labels):  # the same classes in another order: move the output rows
+        out = [m for h in head for m in h.modules() if isinstance(m, torch.nn.Linear)][-1]
+        order = torch.tensor([old.index(n) for n in labels])
+        with torch.no_grad():
+            out.weight.copy_(out.weight[order])
+            if out.bias is not None:
+                out.bias.copy_(out.bias[order])
+    elif loaded and not generic:  # a head for other classes: it starts again, as a new head would
+        std = getattr(model.config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for m in (m for h in head for m in h.modules() if isinstance(m, torch.nn.Linear)):
+                m.weight.normal_(0.0, std, generator=torch.Generator().manual_seed(0))
+                if m.bias is not None:
+                    m.bias.zero_()
     return model.eval()
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import edgekit
-from edgekit import assets, data, recipe as recipes, stages
+from edgekit import assets, data, families, recipe as recipes, stages
 from edgekit.artifact import Artifact, write_json
 from edgekit.errors import EdgekitError
 
@@ -111,6 +111,8 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> 
     try:
         splits = data.load(seed=recipe["seed"], **recipe["data"])
         source = resolve_model(recipe["teacher"])
+        if "finetune" not in recipe["stages"]:
+            check_labels(source, splits.labels, recipe["teacher"])
         prepare_out(out)
         held = lock(out)
         try:
@@ -119,6 +121,20 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> 
             held.close()
     finally:
         team.release()  # on an error too: the other ranks stop waiting, rank 0 reports it
+
+
+def check_labels(source: Artifact, labels: list, spec: str) -> None:
+    """Without a finetune stage the teacher's class ids are the data's: its named labels must be the data's, in
+    the same order (unnamed LABEL_0.. are taken in order)."""
+    if source.kind != "hf":
+        return
+    from transformers import AutoConfig
+
+    have = families.label_names(AutoConfig.from_pretrained(source.path))
+    if len(have) != len(labels) or (have != labels and have != [f"LABEL_{i}" for i in range(len(have))]):
+        raise EdgekitError(f"teacher {spec} predicts [{', '.join(have)}] but the data's labels are "
+                           f"[{', '.join(labels)}] (index = class id); add a finetune stage, which re-heads the "
+                           f"teacher, or give data labelled as the teacher is")
 
 
 class Team:

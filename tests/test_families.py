@@ -113,3 +113,19 @@ def test_unsupported_family_names_the_supported(tmp_path):
     GPT2Config(n_layer=1, n_embd=8, n_head=2).save_pretrained(tmp_path / "gpt")
     with pytest.raises(EdgekitError, match="supported: bert, roberta"):
         families.load_model(tmp_path / "gpt")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_new_label_order_moves_the_head_rows_and_new_classes_get_a_new_head(tmp_path, family):
+    path = make_model_dir(tmp_path / family, family)
+    model = families.load_model(path)
+    model.config.id2label, model.config.label2id = {0: "rotten", 1: "fresh"}, {"rotten": 0, "fresh": 1}
+    model.save_pretrained(path)
+    with torch.no_grad():
+        before = model(**inputs()).logits
+        swapped = families.load_model(path, ["fresh", "rotten"])
+        assert families.label_names(swapped.config) == ["fresh", "rotten"]
+        assert torch.allclose(swapped(**inputs()).logits, before.flip(-1), atol=1e-6)  # "fresh" still means fresh
+        other = families.load_model(path, ["neg", "pos"])(**inputs()).logits
+        assert not torch.allclose(other, before, atol=1e-3)  # a head for other classes is not reused
+        assert families.load_model(path, ["a", "b", "c"])(**inputs()).logits.shape == (2, 3)

@@ -51,7 +51,7 @@ def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatc
 
     out = tmp_path / "run"
     run(tiny_recipe, out)
-    monkeypatch.setattr(export, "REVISION", 2, raising=False)
+    monkeypatch.setattr(export, "REVISION", export.REVISION + 1)
     m = run(tiny_recipe, out)
     assert [s["reused"] for s in m["stages"]] == [True, True, False, True, True, True]
 
@@ -140,3 +140,18 @@ def test_context_of_a_finished_run_reloads_its_data_whole_and_its_teacher(tiny_r
     assert manifest["final"] == small["final"]
     assert len(ctx.splits.test) > 5  # benchmarks score the whole test split
     assert ctx.teacher.path == out.resolve() / "01-finetune" / "model"
+
+
+def test_a_teacher_labelled_otherwise_needs_a_finetune_stage(tmp_path, model_dir, csv_file):
+    from edgekit import families, testing
+
+    model = families.load_model(model_dir)
+    model.config.id2label, model.config.label2id = {0: "pos", 1: "neg"}, {"pos": 0, "neg": 1}  # the data: neg, pos
+    model.save_pretrained(model_dir)
+    path = tmp_path / "no-finetune.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    with pytest.raises(EdgekitError, match=r"predicts \[pos, neg\] but the data's labels are \[neg, pos\]"):
+        edgekit.compress(str(path), out=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("finetune", "export", "evaluate")))
+    edgekit.compress(str(path), out=tmp_path / "run", progress=False)  # finetune re-heads it: runs
