@@ -147,7 +147,7 @@ def model_file(run: Path, manifest: dict, choice: str = None) -> Path:
 
 
 def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int = 0) -> dict:
-    """Copy runner, model, sidecar, tokenizer and the test split (label ids) into `into`."""
+    """Copy runner, model, sidecar, tokenizer and the test split (label names) into `into`."""
     shutil.copytree(runner_source(), into / "device_bench", ignore=shutil.ignore_patterns("__pycache__"))
     meta = json.loads((model.parent / "model.json").read_text())
     (into / "model").mkdir()
@@ -160,7 +160,8 @@ def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int
     with open(into / "test.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["text", "label"])
-        writer.writerows((text, label) for text, label in test)
+        names = meta["labels"]  # the model's own names for the class ids: the runner reads names before ids
+        writer.writerows((text, names[label]) for text, label in test)
     return {"model": f"model/{model.name}", "format": meta.get("format"), "examples": len(test)}
 
 

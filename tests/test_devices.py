@@ -1,6 +1,7 @@
 """edgekit bench: targets YAML, the local target end to end, ssh against a real sshd started here on 127.0.0.1
 with a throwaway key, adb command construction and a recorded benchmark_model log (no Android device here), and
 qemu-arm64 (slow) running ONNX and TFLite INT8 artifacts on arm64 builds of the runtimes."""
+import csv
 import getpass
 import json
 import os
@@ -325,3 +326,23 @@ def test_qemu_arm64_runs_int8_onnx_and_tflite_like_x86(run, tmp_path):
         assert x86["result"]["machine"] == "x86_64" or x86["result"]["machine"] != "aarch64"
         agree = sum(a == b for a, b in zip(arm["predictions"], x86["predictions"])) / len(x86["predictions"])
         assert len(arm["predictions"]) == len(x86["predictions"]) > 0 and agree >= 0.99, (fmt, agree)
+
+
+def test_staged_test_split_carries_label_names_the_runner_reads_back(tmp_path, monkeypatch):
+    """Numeric label names ("1", "2") must not be confused with label ids: the job's CSV holds names."""
+    model_dir = testing.make_model_dir(tmp_path / "tiny")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, testing.make_csv(tmp_path / "stars.csv", labels=("1", "2")),
+                                        stages=("finetune", "export")))
+    pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
+    man, ctx = pipeline.context_of(tmp_path / "run", progress=False)
+    model = devices.model_file(tmp_path / "run", man, None)
+    (tmp_path / "job").mkdir()
+    devices.stage_job(tmp_path / "run", man, model, tmp_path / "job")
+    monkeypatch.syspath_prepend(str(tmp_path / "job"))  # the runner as it travels
+    from device_bench.runner import read_labelled
+
+    with open(tmp_path / "job" / "test.csv", newline="") as f:
+        assert {r["label"] for r in csv.DictReader(f)} <= {"1", "2"}
+    texts, ids = read_labelled(tmp_path / "job" / "test.csv", ctx.splits.labels, "text", "label")
+    assert list(zip(texts, ids)) == [tuple(e) for e in ctx.splits.test]
