@@ -11,12 +11,13 @@ import numpy as np
 from edgekit.errors import EdgekitError
 
 
-def load(path, threads: int = 0):
+def load(path, threads: int = 0, max_length: int = 0):
+    """A callable model; `max_length` truncates a transformers folder's inputs (an exported file has its own)."""
     path = Path(path)
     if path.is_dir() and (path / "model.onnx").is_file():
         path = path / "model.onnx"
     if path.is_dir() and (path / "config.json").is_file():
-        return HFModel(path, threads)
+        return HFModel(path, threads, max_length)
     for name in ("model.pt", "model.tflite"):
         if path.is_dir() and (path / name).is_file():
             path = path / name
@@ -38,7 +39,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class HFModel:
     kind = "hf"
 
-    def __init__(self, path: Path, threads: int = 0):
+    def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
         import torch
 
         from edgekit import families
@@ -48,7 +49,7 @@ class HFModel:
         self.model = families.load_model(path)
         self.tokenizer = families.load_tokenizer(path)
         self.labels = families.label_names(self.model.config)
-        self.max_length = min(getattr(self.tokenizer, "model_max_length", 512) or 512, 512)
+        self.max_length = max_length or min(getattr(self.tokenizer, "model_max_length", 512) or 512, 512)
 
     def encode(self, texts, max_length=None):
         enc = self.tokenizer(list(texts), truncation=True, max_length=max_length or self.max_length,

@@ -121,6 +121,15 @@ def test_tflite_export_has_one_signature_per_bucket_and_picks_the_smallest(tmp_p
     assert meta["buckets"] == [8, 16, 32] and meta["inputs"][0]["dtype"] == "int32"
 
 
+def test_tflite_buckets_always_reach_max_length(tmp_path, model_dir, csv_file):
+    pytest.importorskip("litert_torch")
+    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+    lite = export.run(Artifact(model_dir, "hf"), tmp_path / "tfl", ctx, format="tflite", buckets=[16], check_sentences=8)
+    meta = json.loads((lite.path.parent / "model.json").read_text())
+    assert meta["buckets"] == [16, 32] and meta["max_length"] == 32  # a 20-token sentence is not cut at 16
+    assert runtime.load(lite.path).bucket_for(20) == 32
+
+
 def test_truncated_tflite_is_refused(tmp_path, model_dir, csv_file):
     pytest.importorskip("ai_edge_litert")
     folder = tmp_path / "bad"
@@ -142,3 +151,9 @@ def test_bad_buckets_are_one_line(tmp_path, model_dir, csv_file):
     ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
     with pytest.raises(EdgekitError, match="export.buckets \\[64\\] must be sequence lengths in \\[2, max_length=32\\]"):
         export.run(Artifact(model_dir, "hf"), tmp_path / "x", ctx, format="tflite", buckets=[64])
+
+
+def test_a_transformers_folder_truncates_where_the_recipe_does(model_dir):
+    long = ["good " * 100]
+    assert runtime.load(model_dir).encode(long)["input_ids"].shape[1] > 32  # its own limit
+    assert runtime.load(model_dir, max_length=32).encode(long)["input_ids"].shape[1] == 32  # evaluate's teacher

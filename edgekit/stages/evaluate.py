@@ -14,6 +14,8 @@ from edgekit import runtime
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
+REVISION = 2  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
+
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_size: int = 1) -> Artifact:
     if split not in ("validation", "test"):
@@ -22,10 +24,12 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    teacher = accuracy(runtime.load(ctx.teacher.path), examples, 64, ctx.progress, "evaluate teacher")
+    teacher = accuracy(runtime.load(ctx.teacher.path, max_length=ctx.max_length), examples, 64, ctx.progress,
+                       "evaluate teacher")  # truncated where the student was trained and exported
     measured = {}
     for name, a in artifact.all().items():  # every target's artifact, when there are several
-        score = accuracy(runtime.load(a.path), examples, batch_size, ctx.progress, f"evaluate {name}")
+        score = accuracy(runtime.load(a.path, max_length=ctx.max_length), examples, batch_size, ctx.progress,
+                         f"evaluate {name}")
         measured[name] = {"accuracy": score, "teacher_accuracy": teacher,
                           "accuracy_retained": round(score / teacher, 4) if teacher else None, "eval_split": split,
                           "eval_examples": len(examples)}
