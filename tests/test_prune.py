@@ -111,3 +111,20 @@ def test_mpnet_heads_prune_twice_and_reload(tmp_path):
     model.save_pretrained(tmp_path / "p")
     with torch.no_grad():
         assert torch.allclose(families.load_model(tmp_path / "p")(input_ids=ids).logits, expected, atol=1e-6)
+
+
+def test_a_stop_while_a_step_is_saved_leaves_nothing_resume_trusts(model_dir, ctx, tmp_path, monkeypatch):
+    settings = dict(heads_keep=0.5, ffn_keep=0.5, steps=2, recover_epochs=0.5, lr=1e-3, batch_size=16,
+                    importance="magnitude")
+    real = families.save_model
+
+    def stop_after_config(model, tokenizer, out):  # killed between config.json and the weights
+        model.config.save_pretrained(out)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(families, "save_model", stop_after_config)
+    with pytest.raises(KeyboardInterrupt):
+        prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, **settings)
+    monkeypatch.setattr(families, "save_model", real)
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, **settings)  # resumes, step 1 redone
+    assert out.metrics["heads_kept"] == [2] * 4 and families.load_model(out.path) is not None

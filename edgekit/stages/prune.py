@@ -71,10 +71,15 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
 
 
 def save(model, tokenizer, path: Path) -> None:
-    """Rank 0 writes (under torchrun every rank holds the same weights: same scores, averaged gradients)."""
+    """Rank 0 writes (under torchrun every rank holds the same weights: same scores, averaged gradients), into a
+    temporary folder renamed when complete: a resumed run trusts any step folder with a config.json."""
     rank, world = training.distributed()
     if rank == 0:
-        families.save_model(model, tokenizer, path)
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        families.save_model(model, tokenizer, tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
     if world > 1:
         torch.distributed.barrier()
 
