@@ -82,6 +82,9 @@ def load_model(path, labels=None):
     config = AutoConfig.from_pretrained(path)
     family(config)
     shapes = getattr(config, "edgekit_shapes", None)
+    if shapes and labels is not None and label_names(config) != list(labels):
+        raise EdgekitError(f"{path} is a pruned model for [{', '.join(label_names(config))}], not "
+                           f"[{', '.join(labels)}]; start from the unpruned model, or give data with its labels")
     if shapes:
         model = AutoModelForSequenceClassification.from_config(config)
         apply_shapes(model, shapes)

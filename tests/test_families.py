@@ -129,3 +129,13 @@ def test_new_label_order_moves_the_head_rows_and_new_classes_get_a_new_head(tmp_
         other = families.load_model(path, ["neg", "pos"])(**inputs()).logits
         assert not torch.allclose(other, before, atol=1e-3)  # a head for other classes is not reused
         assert families.load_model(path, ["a", "b", "c"])(**inputs()).logits.shape == (2, 3)
+
+
+def test_a_pruned_model_is_not_relabelled(tmp_path):
+    path = make_model_dir(tmp_path / "m")
+    model = families.load_model(path)
+    prune_model(model, heads_keep=0.5, ffn_keep=0.5)
+    model.save_pretrained(path)
+    assert families.load_model(path, ["LABEL_0", "LABEL_1"]) is not None
+    with pytest.raises(EdgekitError, match=r"is a pruned model for \[LABEL_0, LABEL_1\], not \[neg, pos\]"):
+        families.load_model(path, ["neg", "pos"])

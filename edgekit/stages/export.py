@@ -35,7 +35,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
     if "tflite" in formats and (not buckets or any(not isinstance(b, int) or not 2 <= b <= ctx.max_length for b in buckets)):
         raise EdgekitError(f"export.buckets {buckets} must be sequence lengths in [2, max_length={ctx.max_length}]")
-    buckets = sorted(set(buckets) | {ctx.max_length})
+    if "tflite" in formats:
+        buckets = sorted(set(buckets) | {ctx.max_length})
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     reference = runtime.HFModel(artifact.path)
