@@ -219,7 +219,9 @@ def markdown(result: dict, json_path: Path) -> str:
              f"(optimum-cli's avx512_vnni dynamic config), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS, measured ({peak['how']}; by shape: "
              f"{peak['by_shape_gops']}); theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops']} GOPS. "
-             f"`roofline` = p50 / (GEMM FLOPs at 128 tokens / peak).", "", "![Pareto](results-pareto.png)", ""]
+             f"`roofline` = p50 / (GEMM FLOPs at 128 tokens / peak). Where the time goes, op group by op group, and "
+             f"the ratio the GEMMs alone leave: [bench/results/roofline.md](../bench/results/roofline.md) "
+             f"(`python bench/roofline.py`).", "", "![Pareto](results-pareto.png)", ""]
     for recipe in result["recipes"]:
         lines += [f"## {recipe['recipe']} (teacher `{recipe['teacher']}`; {recipe['test_examples']} test sentences, "
                   f"{recipe['vader_examples']} vader-amazon)", "",
