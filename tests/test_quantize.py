@@ -36,6 +36,8 @@ def test_targets_get_one_artifact_per_format_in_the_manifest_each_runnable_witho
     for name, out in outputs.items():
         meta = json.loads((tmp_path / "run" / out["path"]).with_name("model.json").read_text())
         assert meta["target"] == name.split("-")[0] and meta["quantization"]["mode"] == "static"
+        if name.endswith("tflite"):  # what ai-edge-quantizer did, not ONNX Runtime's options
+            assert "fuse" not in meta["quantization"] and meta["quantization"]["per_channel"] is True
         assert out["metrics"]["label_agreement"] >= 0.9 and out["metrics"]["accuracy"] > 0.4
     shown = summary(manifest)  # what `edgekit compress` prints
     assert all(f"| {name} | {out['path']} |" in shown for name, out in outputs.items())

@@ -132,10 +132,23 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
         report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
                       drop_measured_on=f"validation ({len(examples)} sentences)")
     quantization = {"tool": {"onnx": "onnxruntime", "tflite": "ai-edge-quantizer", "torchscript": "torch.ao"}[fmt],
-                    **settings, "mode": mode, "weights": "fp16" if mode == "fp16" else "int8",
+                    **applied(fmt, mode, settings), "mode": mode, "weights": "fp16" if mode == "fp16" else "int8",
                     "activations": activations(fmt, mode, settings), **report}
     write_json(folder / "model.json", dict(meta, target=target, quantization=quantization))
     return Artifact(target_file, fmt, {"quantization": quantization})
+
+
+def applied(fmt: str, mode: str, settings: dict) -> dict:
+    """The settings as the tool applied them, for the sidecar: per_channel, fuse and calibration steer ONNX Runtime
+    only; ai-edge-quantizer's INT8 weights are per channel with min-max ranges, torch.ao's Linear weights per tensor."""
+    if fmt == "onnx":
+        return settings
+    kept = {k: v for k, v in settings.items() if k not in ("per_channel", "fuse", "calibration")}
+    if mode == "fp16":
+        return kept
+    if fmt == "tflite":
+        return dict(kept, per_channel=True, **({"calibration": "minmax"} if mode == "static" else {}))
+    return dict(kept, per_channel=False)
 
 
 def activations(fmt: str, mode: str, settings: dict) -> str:
