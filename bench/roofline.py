@@ -4,7 +4,7 @@ kind of work. The INT8 GEMMs' own speed is set against the measured peak (bench/
 they alone leave shows what removing every other op could at best reach.
 
     python bench/headline.py artifacts/edge-base artifacts/edge-small   # first: it builds the peers
-    python bench/roofline.py artifacts/edge-base artifacts/edge-small [--rounds 3] [--runs 100]
+    python bench/roofline.py artifacts/edge-base artifacts/edge-small [--rounds 5] [--runs 100]
 
 Writes bench/results/roofline.json and bench/results/roofline.md.
 """
@@ -39,17 +39,28 @@ GEMM_GROUPS = ("INT8 GEMM (incl. activation quantization)", "FP32 GEMM")
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="finished runs (bench/headline.py already run on them)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (median of their p50s)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median of their ratios is kept)")
     ap.add_argument("--runs", dest="timed", type=int, default=100, help="timed runs per model per round")
     ap.add_argument("--out", type=Path, default=Path("bench/results/roofline.json"))
     a = ap.parse_args(argv)
-    peak = headline.gemm_peak()
-    print(f"INT8 GEMM peak, 1 thread: {peak['measured_gops']} GOPS", file=sys.stderr)
     todo = [m for run in a.runs for m in models(run)]
-    p50 = latency([model for _, model, _ in todo], a.rounds, a.timed)
-    rows = [profile(label, model, graph, peak["measured_gops"], ms) for (label, model, graph), ms in zip(todo, p50)]
-    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), "peak": peak, "rounds": a.rounds, "runs_per_round": a.timed,
-              "rows": rows}
+    sessions = [session(model) for _, model, _ in todo]
+    flops = [headline.gemm_flops(graph) for _, _, graph in todo]
+    ratios, p50s, peaks = [[] for _ in todo], [[] for _ in todo], []
+    for r in range(a.rounds):  # the peak is measured in every round: a slow spell on the VM hits both sides
+        peaks.append(headline.gemm_peak()["measured_gops"])
+        for i, s in enumerate(sessions):
+            p50s[i].append(p50_ms(s, a.timed))
+            ratios[i].append(p50s[i][-1] / (flops[i] / peaks[-1] / 1e6))
+        print(f"round {r + 1}/{a.rounds}: peak {peaks[-1]} GOPS", file=sys.stderr)
+    rows = []
+    for (label, model, _), f, p, q in zip(todo, flops, p50s, ratios):
+        profiles = sorted((profile(label, model, f, a.timed) for _ in range(a.rounds)), key=lambda x: x["profile"]["ratio"])
+        rows.append({**profiles[len(profiles) // 2], "p50_ms": round(float(np.median(p)), 3),  # the median profile
+                     "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
+                     "profiled_ratios": [x["profile"]["ratio"] for x in profiles]})
+    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), "peak_gops_by_round": peaks, "rounds": a.rounds,
+              "runs_per_round": a.timed, "rows": rows}
     write_json(a.out, result)
     a.out.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
@@ -88,67 +99,70 @@ def feed(sess) -> dict:
     return {i.name: np.full((1, 128), 1 if "mask" in i.name else 5, np.int64) for i in sess.get_inputs()}  # timing ignores ids
 
 
-def latency(paths: list, rounds: int, timed: int) -> list:
-    """p50 ms at 1 x 128 per model: the median of `rounds` interleaved rounds' p50s (a noisy VM hits them all)."""
-    sessions = [session(p) for p in paths]
-    by_round = [[] for _ in paths]
-    for _ in range(rounds):
-        for s, out in zip(sessions, by_round):
-            inputs, times = feed(s), []
-            for i in range(timed + 10):
-                started = time.perf_counter()
-                s.run(None, inputs)
-                if i >= 10:
-                    times.append(time.perf_counter() - started)
-            out.append(float(np.median(times)) * 1e3)
-    return [float(np.median(r)) for r in by_round]
+def p50_ms(sess, timed: int) -> float:
+    inputs, times = feed(sess), []
+    for i in range(timed + 10):
+        started = time.perf_counter()
+        sess.run(None, inputs)
+        if i >= 10:
+            times.append(time.perf_counter() - started)
+    return float(np.median(times)) * 1e3
 
 
-def profile(label: str, model: Path, graph: Path, peak_gops: float, p50: float, runs: int = 100) -> dict:
-    """The profiler's kernel time per op, scaled to the unprofiled `p50`, grouped by the kind of work."""
+def profile(label: str, model: Path, flops: int, timed: int) -> dict:
+    """Within a few seconds: the peak, the unprofiled p50, and the profiler's kernel time per op scaled to that
+    p50 and grouped by the kind of work; so the GEMMs' share of the peak compares like with like."""
     by_op = {}
     with tempfile.TemporaryDirectory() as tmp:
+        peak = headline.gemm_peak()["measured_gops"]
+        p50 = p50_ms(session(model), timed)
         s = session(model, True, f"{tmp}/prof")
         inputs = feed(s)
-        for _ in range(runs):
+        for _ in range(timed):
             s.run(None, inputs)
         for e in json.loads(Path(s.end_profiling()).read_text()):
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-                by_op[e["args"]["op_name"]] = by_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e3 / runs
+                by_op[e["args"]["op_name"]] = by_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e3 / timed
     scale = p50 / sum(by_op.values())  # profiled kernel times -> the unprofiled run's milliseconds
     groups = {g: 0.0 for g in list(GROUPS) + ["other"]}
     for op, ms in by_op.items():
         groups[next((g for g, ops in GROUPS.items() if op in ops), "other")] += ms * scale
-    flops = headline.gemm_flops(graph)
-    roofline_ms = flops / peak_gops / 1e6
+    roofline_ms = flops / peak / 1e6
     gemm_ms = sum(groups[g] for g in GEMM_GROUPS)
-    return {"model": label, "path": str(model), "p50_ms": round(p50, 3), "gemm_gflop_128": round(flops / 1e9, 3),
-            "roofline_ms": round(roofline_ms, 3), "roofline_ratio": round(p50 / roofline_ms, 2),
-            "gemm_ms": round(gemm_ms, 3), "gemm_gops": round(flops / gemm_ms / 1e6, 1),
-            "gemm_share_of_peak": round(flops / gemm_ms / 1e6 / peak_gops, 3),
-            "ratio_if_only_gemms": round(gemm_ms / roofline_ms, 2),
-            "groups_ms": {g: round(v, 3) for g, v in groups.items()},
-            "ops_ms": {op: round(ms * scale, 3) for op, ms in sorted(by_op.items(), key=lambda x: -x[1])}}
+    return {"model": label, "path": str(model), "gemm_gflop_128": round(flops / 1e9, 3),
+            "profile": {"peak_gops": peak, "p50_ms": round(p50, 3), "roofline_ms": round(roofline_ms, 3),
+                        "gemm_ms": round(gemm_ms, 3), "gemm_gops": round(flops / gemm_ms / 1e6, 1),
+                        "gemm_share_of_peak": round(flops / gemm_ms / 1e6 / peak, 3),
+                        "ratio": round(p50 / roofline_ms, 2), "ratio_if_only_gemms": round(gemm_ms / roofline_ms, 2),
+                        "ratio_of_the_rest": round((p50 - gemm_ms) / roofline_ms, 2),
+                        "groups_ms": {g: round(v, 3) for g, v in groups.items()},
+                        "ops_ms": {op: round(ms * scale, 3) for op, ms in sorted(by_op.items(), key=lambda x: -x[1])}}}
 
 
 def markdown(result: dict) -> str:
-    peak = result["peak"]
     names = list(GROUPS) + ["other"]
+    peaks = result["peak_gops_by_round"]
     lines = ["# Where the time goes against the INT8 roofline", "",
              f"Measured {result['measured']} by `python bench/roofline.py` (raw: `bench/results/roofline.json`). "
-             f"1 x 128 tokens, 1 thread; p50: the median of {result['rounds']} interleaved rounds of "
-             f"{result['runs_per_round']} unprofiled runs; the split is ONNX "
-             f"Runtime's per-node profile (kernel times after its fusions), scaled to that p50. Peak: "
-             f"{peak['measured_gops']} GOPS measured (bench/headline.py's INT8 GEMM peak). `GEMMs alone` = GEMM "
-             f"time / roofline: the ratio left if every other op took no time.", "",
-             "| model | p50 ms | roofline ms | x roofline | GEMM ms | GEMM GOPS (share of peak) | GEMMs alone |"
-             + "".join(f" {n} |" for n in names[1:]),
-             "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(names) - 1)]
+             f"1 x 128 tokens, 1 thread. The INT8 GEMM peak (bench/headline.py's: the fastest u8 x s8 MatMulInteger "
+             f"ONNX Runtime runs here) is measured in each of {result['rounds']} interleaved rounds "
+             f"({min(peaks):.0f}-{max(peaks):.0f} GOPS), so `x roofline` is the median of per-round ratios "
+             f"(p50 over {result['runs_per_round']} runs against that round's peak). The split comes from ONNX "
+             f"Runtime's per-node profile (kernel times after its fusions), taken within seconds of its own peak "
+             f"and p50 and scaled to that p50 (ms below); of {result['rounds']} such profiles per model the one with "
+             f"the median ratio is shown. `GEMMs alone` = GEMM time / roofline: the ratio left if "
+             f"every other op took no time; `the rest` = the other ops' time / roofline: what stays even if the "
+             f"GEMMs ran at the peak (the ratio could then be no better than 1 + the rest).", "",
+             "| model | p50 ms | x roofline | profiled p50 ms | roofline ms | GEMM ms | GEMM GOPS (share of peak) | "
+             "GEMMs alone | the rest |" + "".join(f" {n} |" for n in names[1:]),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(names) - 1)]
     for r in result["rows"]:
-        g = r["groups_ms"]
-        lines.append(f"| {r['model']} | {r['p50_ms']:.2f} | {r['roofline_ms']:.2f} | {r['roofline_ratio']:.2f} | "
-                     f"{r['gemm_ms']:.2f} | {r['gemm_gops']:.0f} ({100 * r['gemm_share_of_peak']:.0f}%) | "
-                     f"{r['ratio_if_only_gemms']:.2f} |" + "".join(f" {g[n]:.2f} |" for n in names[1:]))
+        p, g = r["profile"], r["profile"]["groups_ms"]
+        lines.append(f"| {r['model']} | {r['p50_ms']:.2f} | {r['roofline_ratio']:.2f} | {p['p50_ms']:.2f} | "
+                     f"{p['roofline_ms']:.2f} | {p['gemm_ms']:.2f} | {p['gemm_gops']:.0f} "
+                     f"({100 * p['gemm_share_of_peak']:.0f}%) | {p['ratio_if_only_gemms']:.2f} | "
+                     f"{p['ratio_of_the_rest']:.2f} |"
+                     + "".join(f" {g[n]:.2f} |" for n in names[1:]))
     return "\n".join(lines) + "\n"
 
 

@@ -18,10 +18,14 @@ def test_profile_splits_an_int8_file_into_groups_that_add_up(tmp_path):
     pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     fp32, int8 = (tmp_path / "run" / s["output"]["path"] for s in manifest["stages"])
-    p50 = roofline.latency([int8], rounds=1, timed=5)[0]
-    row = roofline.profile("tiny", int8, fp32, peak_gops=100.0, p50=p50, runs=5)
-    assert sum(row["groups_ms"].values()) == pytest.approx(p50, rel=0.01), row["ops_ms"]
-    assert row["groups_ms"]["INT8 GEMM (incl. activation quantization)"] > 0 and row["gemm_gflop_128"] > 0, row["ops_ms"]
-    assert row["roofline_ratio"] == pytest.approx(p50 / row["roofline_ms"], rel=0.01)
-    assert "| tiny |" in roofline.markdown({"measured": "now", "peak": {"measured_gops": 100.0}, "rounds": 1,
+    flops = roofline.headline.gemm_flops(fp32)
+    row = roofline.profile("tiny", int8, flops, timed=5)
+    p = row["profile"]
+    assert sum(p["groups_ms"].values()) == pytest.approx(p["p50_ms"], rel=0.01), p["ops_ms"]
+    assert p["groups_ms"]["INT8 GEMM (incl. activation quantization)"] > 0 and row["gemm_gflop_128"] > 0, p["ops_ms"]
+    roofline_ms = flops / p["peak_gops"] / 1e6
+    assert p["roofline_ms"] == pytest.approx(roofline_ms, abs=1e-3)
+    assert p["ratio"] == pytest.approx(p["p50_ms"] / roofline_ms, rel=0.01)
+    row.update(p50_ms=p["p50_ms"], roofline_ratio=p["ratio"])
+    assert "| tiny |" in roofline.markdown({"measured": "now", "peak_gops_by_round": [p["peak_gops"]], "rounds": 1,
                                             "runs_per_round": 5, "rows": [row]})
