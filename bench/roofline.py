@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import latency, runtime
 from edgekit.artifact import Artifact, write_json
 
 import headline  # bench/headline.py: the same GEMM FLOP count and peak
@@ -46,15 +47,15 @@ def main(argv=None):
     todo = [m for run in a.runs for m in models(run)]
     sessions = [session(model) for _, model, _ in todo]
     flops = [headline.gemm_flops(graph) for _, _, graph in todo]
-    ratios, p50s, peaks = [[] for _ in todo], [[] for _ in todo], []
+    p50s, peaks = [[] for _ in todo], []
     for r in range(a.rounds):  # the peak is measured in every round: a slow spell on the VM hits both sides
         peaks.append(headline.gemm_peak()["measured_gops"])
-        for i, s in enumerate(sessions):
-            p50s[i].append(p50_ms(s, a.timed))
-            ratios[i].append(p50s[i][-1] / (flops[i] / peaks[-1] / 1e6))
+        for s, out in zip(sessions, p50s):
+            out.append(p50_ms(s, a.timed))
         print(f"round {r + 1}/{a.rounds}: peak {peaks[-1]} GOPS", file=sys.stderr)
     rows = []
-    for (label, model, _), f, p, q in zip(todo, flops, p50s, ratios):
+    for (label, model, _), f, p in zip(todo, flops, p50s):
+        q = [ms / (f / peak / 1e6) for ms, peak in zip(p, peaks)]  # each round's p50 against its own peak
         profiles = sorted((profile(label, model, f, a.timed) for _ in range(a.rounds)), key=lambda x: x["profile"]["ratio"])
         rows.append({**profiles[len(profiles) // 2], "p50_ms": round(float(np.median(p)), 3),  # the median profile
                      "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
@@ -92,7 +93,7 @@ def session(model: Path, profiling: bool = False, prefix: str = ""):
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.enable_profiling, options.profile_file_prefix = profiling, prefix
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=(meta.get("onnxruntime") or {}).get("disabled_optimizers", []))
+                                disabled_optimizers=runtime.disabled_optimizers(meta))
 
 
 def feed(sess) -> dict:
@@ -100,13 +101,8 @@ def feed(sess) -> dict:
 
 
 def p50_ms(sess, timed: int) -> float:
-    inputs, times = feed(sess), []
-    for i in range(timed + 10):
-        started = time.perf_counter()
-        sess.run(None, inputs)
-        if i >= 10:
-            times.append(time.perf_counter() - started)
-    return float(np.median(times)) * 1e3
+    inputs = feed(sess)
+    return float(np.median(latency.timed(lambda: sess.run(None, inputs), timed, warmup=10)))
 
 
 def profile(label: str, model: Path, flops: int, timed: int) -> dict:

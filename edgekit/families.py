@@ -58,6 +58,11 @@ def label_names(config) -> list:
     return [config.id2label[i] for i in range(config.num_labels)]
 
 
+def unnamed(labels: list) -> bool:
+    """transformers' default names (LABEL_0, LABEL_1, ...): a head whose classes were never named."""
+    return list(labels) == [f"LABEL_{i}" for i in range(len(labels))]
+
+
 def num_layers(config) -> int:
     return config.num_hidden_layers
 
@@ -81,9 +86,9 @@ def load_model(path, labels=None):
         raise EdgekitError(f"{path} is not a model folder (no config.json); give an asset name or a transformers folder")
     config = AutoConfig.from_pretrained(path)
     family(config)
-    shapes = getattr(config, "edgekit_shapes", None)
-    if shapes and labels is not None and label_names(config) != list(labels):
-        raise EdgekitError(f"{path} is a pruned model for [{', '.join(label_names(config))}], not "
+    shapes, old = getattr(config, "edgekit_shapes", None), label_names(config)
+    if shapes and labels is not None and old != list(labels):
+        raise EdgekitError(f"{path} is a pruned model for [{', '.join(old)}], not "
                            f"[{', '.join(labels)}]; start from the unpruned model, or give data with its labels")
     if shapes:
         model = AutoModelForSequenceClassification.from_config(config)
@@ -97,7 +102,6 @@ def load_model(path, labels=None):
                                f"({(bad + missing)[0]}); the checkpoint is damaged, re-run the prune stage")
         model.load_state_dict(state, strict=False)
         return model.eval()
-    old = label_names(config)
     if labels is None or old == list(labels):
         with torch.device("cpu"):
             return AutoModelForSequenceClassification.from_pretrained(path).eval()
@@ -109,7 +113,6 @@ def load_model(path, labels=None):
     head = [m for n, m in model.named_children() if n != model.base_model_prefix]
     fresh = [k if isinstance(k, str) else k[0] for k in [*info["missing_keys"], *info.get("mismatched_keys", ())]]
     loaded = not any(k.split(".")[0] != model.base_model_prefix for k in fresh)  # the folder had this head
-    generic = old == [f"LABEL_{i}" for i in range(len(old))]
     if loaded and sorted(old) == sorted(labels):  # the same classes in another order: move the output rows
         out = [m for h in head for m in h.modules() if isinstance(m, torch.nn.Linear)][-1]
         order = torch.tensor([old.index(n) for n in labels])
@@ -117,7 +120,7 @@ def load_model(path, labels=None):
             out.weight.copy_(out.weight[order])
             if out.bias is not None:
                 out.bias.copy_(out.bias[order])
-    elif loaded and not generic:  # a head for other classes: it starts again, as a new head would
+    elif loaded and not unnamed(old):  # a head for other classes: it starts again, as a new head would
         std = getattr(model.config, "initializer_range", 0.02)
         with torch.no_grad():
             for m in (m for h in head for m in h.modules() if isinstance(m, torch.nn.Linear)):

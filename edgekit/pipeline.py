@@ -131,7 +131,7 @@ def check_labels(source: Artifact, labels: list, spec: str) -> None:
     from transformers import AutoConfig
 
     have = families.label_names(AutoConfig.from_pretrained(source.path))
-    if len(have) != len(labels) or (have != labels and have != [f"LABEL_{i}" for i in range(len(have))]):
+    if len(have) != len(labels) or (have != labels and not families.unnamed(have)):
         raise EdgekitError(f"teacher {spec} predicts [{', '.join(have)}] but the data's labels are "
                            f"[{', '.join(labels)}] (index = class id); add a finetune stage, which re-heads the "
                            f"teacher, or give data labelled as the teacher is")
