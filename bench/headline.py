@@ -8,8 +8,8 @@ and out of domain on vader-amazon (every sentence on its own, as a device runs i
 tokens and the ratio of the measured latency to the INT8 roofline for that work.
 
 Roofline: the peak is measured, not assumed: the fastest of four INT8 GEMMs (u8 x s8 -> s32 MatMulInteger, from
-BERT-sized 128x384x384 to 1024x2048x2048) that ONNX Runtime runs on one thread of this CPU. The theoretical VNNI
-peak (clock x 2 FMA ports x 64 multiply-adds x 2) is printed beside it. work = FLOPs of every MatMul/Gemm in the
+BERT-sized 128x384x384 to 1024x2048x2048) that ONNX Runtime runs on one thread of this CPU. On VNNI CPUs the
+theoretical peak (clock x 2 vector ports x 64 or 32 multiply-adds x 2) is printed beside it. work = FLOPs of every MatMul/Gemm in the
 FP32 graph with shapes inferred for 1 x 128 tokens; roofline_ms = work / peak. Only GEMMs count: softmax,
 LayerNorm, GELU and the run-time quantization of activations are what the ratio charges the model for.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import data, pipeline, runtime
+from edgekit import data, devices, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb
 from edgekit.stages import bench, evaluate
 
@@ -151,7 +151,7 @@ def gemm_flops(onnx_path) -> int:
 
 
 def gemm_peak() -> dict:
-    """The fastest INT8 GEMM ONNX Runtime runs on one thread here (GOPS), and the theoretical VNNI peak."""
+    """The fastest INT8 GEMM ONNX Runtime runs on one thread here (GOPS), and the theoretical peak on VNNI CPUs."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -175,10 +175,14 @@ def gemm_peak() -> dict:
         best[f"{m}x{k}x{n}"] = round(2 * m * k * n / min(times) / 1e9, 1)
     mhz = max((float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
                if line.startswith("cpu MHz")), default=0.0)
-    return {"measured_gops": max(best.values()), "by_shape_gops": best, "clock_mhz": mhz,
-            "theoretical_gops": round(mhz / 1e3 * 2 * 64 * 2, 1),
-            "how": "fastest u8 x s8 MatMulInteger in ONNX Runtime (MLAS), 1 thread, best of 20 runs per shape; "
-                   "theoretical = clock x 2 AVX-512 FMA ports x 64 VNNI multiply-adds x 2 ops"}
+    runner = devices.runner_module()  # the CPU's name and INT8 instruction set, read as device_bench reads them
+    isa = runner.int8_isa()
+    per_cycle = {"AMX-INT8": 128, "AVX512-VNNI": 128, "AVX-VNNI": 64}.get(isa)  # 2 ports x 64 or 32 u8s8 MACs
+    return {"measured_gops": max(best.values()), "by_shape_gops": best, "clock_mhz": mhz, "cpu": runner.cpu_name(),
+            "int8_isa": isa, "theoretical_gops": round(mhz / 1e3 * per_cycle * 2, 1) if per_cycle else None,
+            "how": "fastest u8 x s8 MatMulInteger in ONNX Runtime (MLAS), 1 thread, best of 20 runs per shape; " +
+                   (f"theoretical = clock x 2 vector ports x {per_cycle // 2} {isa} multiply-adds x 2 ops" if per_cycle
+                    else f"no theoretical figure: {isa or 'this CPU'} has no one-instruction INT8 multiply-add")}
 
 
 def plot(recipes: list, path: Path) -> None:
@@ -218,7 +222,8 @@ def markdown(result: dict, json_path: Path) -> str:
              f"(as a device runs it). The peer is the teacher through ONNX Runtime dynamic INT8, per-channel "
              f"(optimum-cli's avx512_vnni dynamic config), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS, measured ({peak['how']}; by shape: "
-             f"{peak['by_shape_gops']}); theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops']} GOPS. "
+             f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: {peak.get('int8_isa') or '?'}, "
+             f"theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops'] or 'not stated'} GOPS. "
              f"`roofline` = p50 / (GEMM FLOPs at 128 tokens / peak). Where the time goes, op group by op group, and "
              f"the ratio the GEMMs alone leave: [bench/results/roofline.md](../bench/results/roofline.md) "
              f"(`python bench/roofline.py`).", "", "![Pareto](results-pareto.png)", ""]

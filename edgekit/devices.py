@@ -65,6 +65,16 @@ def runner_source() -> Path:
                            "from the edgekit source tree")
 
 
+def runner_module():
+    """device_bench's runner as a module (numpy only), for the facts it reads on this machine: cpu_name, int8_isa."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_bench_runner", runner_source() / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # ---------------------------------------------------------------- targets
 
 def load_targets(recipe: dict, targets_file=None) -> dict:
@@ -564,8 +574,8 @@ def summary(target: str, entry: dict) -> str:
     m, r = entry["metrics"], entry["result"]
     lat = r["latency_ms"]
     head = (f"target {target} ({entry['kind']}{', emulated' if entry['emulated'] else ''}): {r.get('runtime')} "
-            f"{r.get('runtime_version', '')} on {r.get('machine', '?')} {r.get('cpu', '')}, {r.get('threads', '?')} "
-            f"thread(s)")
+            f"{r.get('runtime_version', '')} on {r.get('machine', '?')} {r.get('cpu', '')}"
+            f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}, {r.get('threads', '?')} thread(s)")
     rows = [head, f"  size {m.get('size_mb')} MB, load {r.get('load_s')} s, latency p50/p90/p99 "
                   f"{lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms at {r.get('seq_len', '?')} tokens, "
                   f"peak RSS {m.get('peak_rss_mb')} MB, throughput {r.get('throughput')}",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit import data, runtime
+from edgekit import data, devices, runtime
 from edgekit.artifact import Artifact
 from edgekit.pipeline import Context
 from edgekit.stages import export
@@ -71,6 +71,7 @@ def test_runner_measures_and_predicts_like_edgekit(exported, alone, fmt):
     assert r["peak_rss_mb"] >= r["rss_after_load_mb"] > 0 and r["load_s"] > 0
     assert r["runtime"] == {"onnx": "onnxruntime"}.get(fmt, "ai-edge-litert") and r["runtime_version"] != "?"
     assert r["machine"] and r["cpu"] and r["threads"] == 1 and r["emulated"] is False
+    assert r["int8_isa"] == devices.runner_module().int8_isa()  # this machine's, as cpuinfo reports it
     with open(exported["data"]) as f:
         rows = list(csv.DictReader(f))
     model = runtime.load(exported[fmt])
@@ -138,3 +139,18 @@ def test_runner_command_line(exported, alone):
     done = subprocess.run([sys.executable, "-m", "device_bench", str(alone / "nothing.onnx")], capture_output=True,
                           text=True, cwd=alone)
     assert done.returncode == 1 and "nothing.onnx" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [
+    ("flags\t\t: fpu sse2 avx2 fma avx512f avx512bw avx512_vnni amx_int8\n", "AMX-INT8"),
+    ("flags\t\t: fpu sse2 avx2 fma avx512f avx512bw avx512_vnni\n", "AVX512-VNNI"),
+    ("flags\t\t: fpu sse2 avx2 fma avx_vnni\n", "AVX-VNNI"),
+    ("flags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n", "AVX-512 without VNNI"),
+    ("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n", "AVX2 without VNNI"),
+    ("Features\t: fp asimd evtstrm crc32 cpuid\nCPU part\t: 0xd08\n", "Arm NEON without dot product"),
+    ("Features\t: fp asimd aes crc32 atomics asimdrdm lrcpc dcpop asimddp\n", "Arm dot product"),
+    ("Features\t: fp asimd asimddp sve i8mm bf16\n", "Arm I8MM"),
+    ("processor\t: 0\n", ""),
+])
+def test_int8_isa_names_the_best_int8_instructions_the_cpu_reports(cpuinfo, expected):
+    assert devices.runner_module().int8_isa(cpuinfo) == expected

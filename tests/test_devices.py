@@ -322,6 +322,7 @@ def test_qemu_arm64_runs_int8_onnx_and_tflite_like_x86(run, tmp_path):
         x86 = devices.bench(run, "local", model=str(model), progress=False)
         assert arm["complete"] and arm["emulated"] is True and arm["result"]["machine"] == "aarch64"
         assert arm["result"]["emulated_cpu"] == "cortex-a72" and arm["result"]["cpu"] == "Cortex-A72 (part 0xd08)"
+        assert arm["result"]["int8_isa"] == "Arm NEON without dot product"  # read from the cpuinfo written for it
         assert arm["result"]["runtime"] == {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}[fmt]
         assert x86["result"]["machine"] == "x86_64" or x86["result"]["machine"] != "aarch64"
         agree = sum(a == b for a, b in zip(arm["predictions"], x86["predictions"])) / len(x86["predictions"])

@@ -250,6 +250,29 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# /proc/cpuinfo flags that decide how fast INT8 runs, best first: what the runtimes' INT8 kernels use
+INT8_ISA = (("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI"),
+            ("avx512bw", "AVX-512 without VNNI"), ("avx2", "AVX2 without VNNI"), ("i8mm", "Arm I8MM"),
+            ("asimddp", "Arm dot product"), ("asimd", "Arm NEON without dot product"))
+
+
+def int8_isa(text: str = "") -> str:
+    """The best INT8 instruction set the CPU reports (`flags` on x86, `Features` on ARM), or '' when unknown.
+    Without VNNI (x86) or dot product (ARM) INT8 products take several instructions each, so the same file runs
+    2-3x slower: latencies only compare between CPUs that share this."""
+    if not text:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    flags = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return next((name for flag, name in INT8_ISA if flag in flags), "")
+
+
 def read_labelled(path: Path, labels: list, text_column: str, label_column: str) -> tuple:
     """(texts, label ids) from a CSV with a header; labels by name, or by index when the file uses integers."""
     try:
@@ -310,7 +333,7 @@ def bench(model: Path, meta: dict, args) -> dict:
                       examples=len(gold), sentence_latency_ms=percentiles(sentence_ms), predictions=predictions)
     result.update(peak_rss_mb=memory_mb("VmHWM"), runtime=runner.runtime, runtime_version=runner.version,
                   tokenizers_version=package_version("tokenizers"), numpy_version=np.__version__,
-                  python=platform.python_version(), machine=platform.machine(), cpu=cpu_name(),
+                  python=platform.python_version(), machine=platform.machine(), cpu=cpu_name(), int8_isa=int8_isa(),
                   cpu_count=os.cpu_count(), threads=args.threads, system=platform.system(),
                   emulated=bool(args.emulated), complete=True)
     return result
