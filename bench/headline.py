@@ -9,13 +9,13 @@ tokens and the ratio of the measured latency to the INT8 roofline for that work.
 
 Roofline: the peak is measured, not assumed: the fastest of four INT8 GEMMs (u8 x s8 -> s32 MatMulInteger, from
 BERT-sized 128x384x384 to 1024x2048x2048) that ONNX Runtime runs on one thread of this CPU. On VNNI CPUs the
-theoretical peak (clock x 2 vector ports x 64 or 32 multiply-adds x 2) is printed beside it. work = FLOPs of every MatMul/Gemm in the
-FP32 graph with shapes inferred for 1 x 128 tokens; roofline_ms = work / peak. Only GEMMs count: softmax,
-LayerNorm, GELU and the run-time quantization of activations are what the ratio charges the model for.
+theoretical peak (clock x 2 vector ports x 64 or 32 multiply-adds x 2) is printed beside it. work = FLOPs of every
+MatMul/Gemm in the FP32 graph with shapes inferred for 1 x 128 tokens; roofline_ms = work / peak. Only GEMMs count:
+softmax, LayerNorm, GELU and the run-time quantization of activations are what the ratio charges the model for.
 
     python bench/headline.py artifacts/edge-base artifacts/edge-small [--rounds 3] [--runs 50]
 
-Writes bench/results/headline.json, docs/results.md and docs/results-pareto.png.
+Writes bench/results/headline.json, docs/results.md and docs/results-pareto.png (--out, --docs: elsewhere).
 """
 import argparse
 import json
@@ -41,17 +41,19 @@ TARGETS = {  # issue #9, per recipe: checked on every final artifact; a recipe m
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", type=Path, help="finished runs of edge-base / edge-small (or any recipe)")
+    p.add_argument("runs", nargs="*", type=Path, help="finished runs of edge-base / edge-small (or any recipe)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runs-per-round", dest="timed", type=int, default=50)
     p.add_argument("--out", type=Path, default=Path("bench/results/headline.json"))
     p.add_argument("--docs", type=Path, default=Path("docs/results.md"))
     p.add_argument("--render", action="store_true", help="redraw the docs from the stored JSON, no runs")
     a = p.parse_args(argv)
+    if not a.render and not a.runs:
+        p.error("give finished runs to measure (artifacts/edge-base ...), or --render to redraw the docs")
     if a.render:
         result = json.loads(a.out.read_text())
-        plot(result["recipes"], a.docs.with_name("results-pareto.png"))
-        a.docs.write_text(markdown(result, a.out))
+        plot(result["recipes"], pareto(a.docs))
+        a.docs.write_text(markdown(result, a.out, pareto(a.docs).name))
         return
     peak = gemm_peak()
     print(f"INT8 GEMM peak, 1 thread: {peak['measured_gops']} GOPS measured ({peak['theoretical_gops']} theoretical)",
@@ -62,9 +64,14 @@ def main(argv=None):
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2))
     a.docs.parent.mkdir(parents=True, exist_ok=True)
-    plot(recipes, a.docs.with_name("results-pareto.png"))
-    a.docs.write_text(markdown(result, a.out))
+    plot(recipes, pareto(a.docs))
+    a.docs.write_text(markdown(result, a.out, pareto(a.docs).name))
     print(a.docs.read_text())
+
+
+def pareto(docs: Path) -> Path:
+    """The plot beside the markdown: docs/results.md -> docs/results-pareto.png."""
+    return docs.with_name(f"{docs.stem}-pareto.png")
 
 
 def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
@@ -213,8 +220,9 @@ def plot(recipes: list, path: Path) -> None:
     plt.close(fig)
 
 
-def markdown(result: dict, json_path: Path) -> str:
+def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png") -> str:
     peak = result["peak"]
+    roofline = Path(json_path).name.replace("headline", "roofline").replace(".json", ".md")  # written beside it
     lines = ["# Results: edgekit's edge recipes against their teachers and the usual INT8 path", "",
              f"Measured {result['at']} on this machine by `python bench/headline.py` (raw numbers: `{json_path}`). "
              f"Batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
@@ -222,11 +230,12 @@ def markdown(result: dict, json_path: Path) -> str:
              f"(as a device runs it). The peer is the teacher through ONNX Runtime dynamic INT8, per-channel "
              f"(optimum-cli's avx512_vnni dynamic config), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS, measured ({peak['how']}; by shape: "
-             f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: {peak.get('int8_isa') or '?'}, "
+             f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
+             f"{peak.get('int8_isa') or '?'}, "
              f"theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops'] or 'not stated'} GOPS. "
              f"`roofline` = p50 / (GEMM FLOPs at 128 tokens / peak). Where the time goes, op group by op group, and "
-             f"the ratio the GEMMs alone leave: [bench/results/roofline.md](../bench/results/roofline.md) "
-             f"(`python bench/roofline.py`).", "", "![Pareto](results-pareto.png)", ""]
+             f"the ratio the GEMMs alone leave: [bench/results/{roofline}](../bench/results/{roofline}) "
+             f"(`python bench/roofline.py`).", "", f"![Pareto]({plot_name})", ""]
     for recipe in result["recipes"]:
         lines += [f"## {recipe['recipe']} (teacher `{recipe['teacher']}`; {recipe['test_examples']} test sentences, "
                   f"{recipe['vader_examples']} vader-amazon)", "",

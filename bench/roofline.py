@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import latency, runtime
+from edgekit import devices, latency, runtime
 from edgekit.artifact import Artifact, write_json
 
 import headline  # bench/headline.py: the same GEMM FLOP count and peak
@@ -60,8 +60,10 @@ def main(argv=None):
         rows.append({**profiles[len(profiles) // 2], "p50_ms": round(float(np.median(p)), 3),  # the median profile
                      "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
                      "profiled_ratios": [x["profile"]["ratio"] for x in profiles]})
-    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), "peak_gops_by_round": peaks, "rounds": a.rounds,
-              "runs_per_round": a.timed, "rows": rows}
+    cpu = devices.runner_module()
+    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(),
+              "json": str(a.out), "peak_gops_by_round": peaks, "rounds": a.rounds, "runs_per_round": a.timed,
+              "rows": rows}
     write_json(a.out, result)
     a.out.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
@@ -139,7 +141,9 @@ def markdown(result: dict) -> str:
     names = list(GROUPS) + ["other"]
     peaks = result["peak_gops_by_round"]
     lines = ["# Where the time goes against the INT8 roofline", "",
-             f"Measured {result['measured']} by `python bench/roofline.py` (raw: `bench/results/roofline.json`). "
+             f"Measured {result['measured']} by `python bench/roofline.py` on {result.get('cpu', 'this machine')} "
+             f"({result.get('int8_isa') or 'INT8 instructions not recorded'}; "
+             f"raw: `{result.get('json', 'bench/results/roofline.json')}`). "
              f"1 x 128 tokens, 1 thread. The INT8 GEMM peak (bench/headline.py's: the fastest u8 x s8 MatMulInteger "
              f"ONNX Runtime runs here) is measured in each of {result['rounds']} interleaved rounds "
              f"({min(peaks):.0f}-{max(peaks):.0f} GOPS), so `x roofline` is the median of per-round ratios "
