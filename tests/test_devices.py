@@ -55,7 +55,10 @@ def test_local_target_merges_result_and_checks_budgets(run, tmp_path, capsys):
     assert sorted(b["metric"] for b in entry["budgets"]) == sorted(budgets) and all(b["ok"] for b in entry["budgets"])
     assert entry["result"]["examples"] == manifest(run)["data"]["sizes"]["test"]
     assert len(entry["predictions"]) == entry["result"]["examples"]
-    assert "target here (local)" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "target here (local)" in shown
+    isa = devices.runner_module().int8_isa()
+    assert entry["result"]["int8_isa"] == isa and (not isa or f"({isa})," in shown)  # the CPU's INT8 instructions
     over = targets_file(tmp_path, {"here": {"kind": "local", "runs": 3, "budgets": {"peak_rss_mb": "<= 1"}}})
     assert cli.main(["bench", str(run), "--target", "here", "--targets", str(over), "--quiet"]) == 3
     rows = manifest(run)["devices"]["here"]["budgets"]
