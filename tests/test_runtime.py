@@ -130,6 +130,14 @@ def test_tflite_buckets_always_reach_max_length(tmp_path, model_dir, csv_file):
     assert runtime.load(lite.path).bucket_for(20) == 32
 
 
+def test_default_tflite_buckets_fit_a_short_max_length(tmp_path, model_dir, csv_file):
+    pytest.importorskip("litert_torch")
+    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 48, False)
+    lite = export.run(Artifact(model_dir, "hf"), tmp_path / "tfl", ctx, format="tflite", check_sentences=8)
+    meta = json.loads((lite.path.parent / "model.json").read_text())
+    assert meta["buckets"] == [32, 48] and meta["max_length"] == 48  # 32/64/128 below max_length, then max_length
+
+
 def test_truncated_tflite_is_refused(tmp_path, model_dir, csv_file):
     pytest.importorskip("ai_edge_litert")
     folder = tmp_path / "bad"

@@ -17,12 +17,13 @@ REVISION = 2  # 2: max_length is always the last TFLite bucket (a shorter last b
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", exporter: str = "torchscript",
-        opset: int = 17, buckets: list = [32, 64, 128], check_sentences: int = 200,
+        opset: int = 17, buckets: list | None = None, check_sentences: int = 200,
         min_label_agreement: float = 0.99) -> Artifact:
     """format: `auto` (what the recipe's targets run: ONNX for x86, ONNX and TFLite for arm64), one format or a list.
     `onnx` (dynamic batch and sequence), `tflite` (litert-torch; static shapes, so one signature per
     sequence bucket in one file with shared weights: the runtime picks the smallest bucket that fits; max_length
-    is always the last bucket, so TFLite truncates where training and ONNX do) or
+    is always the last bucket, so TFLite truncates where training and ONNX do; by default 32, 64, 128 below
+    max_length, then max_length) or
     `torchscript` (a traced module, model.pt; a legacy format, for PyTorch Mobile and libtorch users).
     Several formats go into one folder each (`onnx/`, `tflite/`, ...), all named in the manifest.
     exporter (ONNX): `torchscript` (default) traces eager attention, the graph ONNX Runtime fuses into its
@@ -33,6 +34,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         raise EdgekitError(f"export.exporter '{exporter}'; supported: {', '.join(EXPORTERS)}")
     if artifact.kind != "hf":
         raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
+    if buckets is None:
+        buckets = [b for b in (32, 64, 128) if b < ctx.max_length] + [ctx.max_length]
     if "tflite" in formats and (not buckets or any(not isinstance(b, int) or not 2 <= b <= ctx.max_length for b in buckets)):
         raise EdgekitError(f"export.buckets {buckets} must be sequence lengths in [2, max_length={ctx.max_length}]")
     if "tflite" in formats:
