@@ -95,6 +95,7 @@ def build_parser():
     cp.add_argument("--families", action="store_true", help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes")
     cp.add_argument("--data", help="a dataset, for the accuracy of task models whose labels match it")
     cp.add_argument("--threads", type=int, default=1)
+    cp.add_argument("--seq-len", type=int, default=128, help="tokens for latency; accuracy inputs are cut there too")
     cp.add_argument("--out", default="artifacts/compare")
     cp.set_defaults(func=cmd_compare)
 
@@ -206,7 +207,7 @@ def cmd_compare(args) -> int:
     from edgekit import compare
 
     specs = list(args.models) + (list(compare.FAMILY_CONFIGS) if args.families else [])
-    rows = compare.run(specs, Path(args.out), args.data, args.threads)
+    rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len)
     print(compare.markdown(rows), end="")
     print(f"written: {Path(args.out) / 'compare.md'}, compare.csv, compare.png")
     return 0

@@ -47,7 +47,8 @@ def build(spec: str):
     return families.load_model(folder), folder
 
 
-def measure(spec: str, work: Path, data=None, threads: int = 1) -> dict:
+def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 128) -> dict:
+    """One row; latency at `seq_len` tokens, and accuracy with inputs cut there too (as an export would cut them)."""
     import torch
 
     from edgekit.stages import bench, export, quantize
@@ -59,7 +60,7 @@ def measure(spec: str, work: Path, data=None, threads: int = 1) -> dict:
         from edgekit import runtime
         from edgekit.stages.evaluate import accuracy
 
-        row["accuracy"] = accuracy(runtime.HFModel(source), data.test, 64, False, spec)
+        row["accuracy"] = accuracy(runtime.HFModel(source, max_length=seq_len), data.test, 64, False, spec)
     folder = work / spec.replace("/", "_")
     folder.mkdir(parents=True, exist_ok=True)
     ids = torch.randint(5, model.config.vocab_size, (2, 16))
@@ -67,7 +68,7 @@ def measure(spec: str, work: Path, data=None, threads: int = 1) -> dict:
     quantize.int8_dynamic(folder / "fp32.onnx", folder / "int8.onnx")
     row["size_fp32_mb"] = round((folder / "fp32.onnx").stat().st_size / 1e6, 1)
     row["size_int8_mb"] = round((folder / "int8.onnx").stat().st_size / 1e6, 1)
-    common = {"synthetic": model.config.vocab_size, "seq_len": 128, "threads": threads}
+    common = {"synthetic": model.config.vocab_size, "seq_len": seq_len, "threads": threads}
     fp32 = bench.measure(folder / "fp32.onnx", batch=1, runs=20, warmup=3, **common)
     int8 = bench.measure(folder / "int8.onnx", batch=1, runs=20, warmup=3, **common)
     int8_b32 = bench.measure(folder / "int8.onnx", batch=32, runs=3, warmup=1, **common)
@@ -76,16 +77,18 @@ def measure(spec: str, work: Path, data=None, threads: int = 1) -> dict:
     return row
 
 
-def run(specs: list, out: Path, data_source: str = None, threads: int = 1) -> list:
+def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128) -> list:
     if not specs:
         raise EdgekitError("compare needs models: asset names, folders, config.json files, or --families")
+    if not 2 <= seq_len <= 512:
+        raise EdgekitError(f"--seq-len {seq_len}: give a sequence length in [2, 512] (the models' position tables)")
     data = None
     if data_source:
         from edgekit import data as datasets
 
         data = datasets.load(data_source, max_eval=500)
     out.mkdir(parents=True, exist_ok=True)
-    rows = [measure(spec, out / "models", data, threads) for spec in tqdm(specs, desc="compare", unit="model")]
+    rows = [measure(spec, out / "models", data, threads, seq_len) for spec in tqdm(specs, desc="compare", unit="model")]
     write(rows, out)
     return rows
 

@@ -90,3 +90,26 @@ def test_family_configs_have_their_published_sizes():
 def test_compare_needs_models(tmp_path):
     with pytest.raises(EdgekitError, match="compare needs models"):
         compare.run([], tmp_path)
+
+
+def test_compare_cuts_accuracy_inputs_where_it_measures_latency(tmp_path, monkeypatch):
+    from transformers import AutoConfig
+
+    from edgekit import runtime, testing
+
+    folder = testing.make_model_dir(tmp_path / "task")
+    config = AutoConfig.from_pretrained(folder)
+    config.id2label, config.label2id = {0: "neg", 1: "pos"}, {"neg": 0, "pos": 1}
+    config.save_pretrained(folder)
+    seen = []
+
+    class Recording(runtime.HFModel):
+        def __init__(self, path, threads=0, max_length=0):
+            super().__init__(path, threads, max_length)
+            seen.append(self.max_length)
+
+    monkeypatch.setattr(runtime, "HFModel", Recording)
+    rows = compare.run([str(folder)], tmp_path / "cmp", str(testing.make_csv(tmp_path / "d.csv")), seq_len=16)
+    assert seen == [16] and 0 <= rows[0]["accuracy"] <= 1  # the model's own limit is 512
+    with pytest.raises(EdgekitError, match="--seq-len 1: give a sequence length in \\[2, 512\\]"):
+        compare.run([str(folder)], tmp_path / "cmp", seq_len=1)
