@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgekit import pipeline, runtime
+from edgekit import devices, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb
 from edgekit.stages import bench, evaluate, export, quantize
 
@@ -48,8 +48,9 @@ def main(argv=None):
     for r in rows:
         r["speedup_128_vs_teacher_fp32"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
         r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
+    cpu = devices.runner_module()
     result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
-              "threads": 1, "batch": 1, "seq_len": a.seq_len, "runs": a.runs, "rounds": a.rounds, "rows": rows}
+              "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(), "threads": 1, "batch": 1, "seq_len": a.seq_len, "runs": a.runs, "rounds": a.rounds, "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
     (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
@@ -74,6 +75,7 @@ def sentences(examples: list, work: Path) -> Path:
 
 def markdown(result: dict) -> str:
     lines = [f"Teacher `{result['teacher']}`, recipe `{result['recipe']}`; {result['test_examples']} test sentences; "
+             f"{result.get('cpu', 'CPU not recorded')} ({result.get('int8_isa') or 'INT8 instructions not recorded'}); "
              f"batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
              f"{result['runs']} timed runs.", "",
              "| model | size MB | accuracy | retained | p50 ms @128 | p90 ms @128 | p50 ms sentences | p90 ms sentences "
