@@ -164,6 +164,10 @@ def summary(manifest: dict) -> str:
     rows.append("")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); teacher accuracy "
                 f"{final.get('teacher_accuracy')}, retained {final.get('accuracy_retained')}")
+    if final.get("bench_cpu"):
+        isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
+        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {final.get('bench_threads')} thread(s), "
+                    f"{final.get('bench_seq_len')} tokens")
     for b in manifest["budgets"]:
         where = f"{b['artifact']}: " if "artifact" in b else ""
         rows.append(f"budget {where}{b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "

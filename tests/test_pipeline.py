@@ -4,7 +4,7 @@ import json
 import pytest
 
 import edgekit
-from edgekit import pipeline, recipe
+from edgekit import cli, devices, pipeline, recipe
 from edgekit.errors import EdgekitError
 
 
@@ -31,6 +31,10 @@ def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_p
     assert not list(out.glob("*.partial")) and not list(out.rglob("checkpoint"))
     meta = json.loads((out / "04-quantize" / "model.json").read_text())
     assert meta["labels"] == ["neg", "pos"] and meta["quantization"]["weights"] == "int8"
+    isa = devices.runner_module().int8_isa()
+    assert final["bench_int8_isa"] == isa and final["bench_cpu"]  # which CPU the latency belongs to
+    assert f"latency measured on {final['bench_cpu']} ({isa or 'INT8 instructions unknown'}), 1 thread(s)" in \
+        cli.summary(m)
 
 
 def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_path):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from edgekit import devices
 from edgekit.artifact import Artifact, size_mb
 from edgekit.errors import EdgekitError
 
@@ -14,13 +15,15 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, seq_len: int = 128, threads: 
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = out_dir / "sentences.txt"
     texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:runs]))
+    cpu = devices.runner_module()  # INT8 latencies compare only between CPUs with the same INT8 instructions
+    where = {"bench_cpu": cpu.cpu_name(), "bench_int8_isa": cpu.int8_isa()}
     measured = {}
     for name, a in artifact.all().items():  # every target's artifact, when there are several
         result = measure(a.path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup, texts=texts)
         measured[name] = {"latency_ms_p50": result["fixed"]["p50"], "latency_ms_p90": result["fixed"]["p90"],
                           "latency_ms_p99": result["fixed"]["p99"], "sentence_latency_ms_p50": result["sentences"]["p50"],
                           "peak_rss_mb": result["peak_rss_mb"], "load_s": result["load_s"], "bench_seq_len": seq_len,
-                          "bench_threads": threads, "size_mb": size_mb(a), "raw": result}
+                          "bench_threads": threads, **where, "size_mb": size_mb(a), "raw": result}
     (out_dir / "latency.json").write_text(json.dumps({n: m.pop("raw") for n, m in measured.items()}, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **next(iter(measured.values()))}, outputs)
