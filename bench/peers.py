@@ -50,7 +50,8 @@ def main(argv=None):
         r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
     cpu = devices.runner_module()
     result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
-              "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(), "threads": 1, "batch": 1, "seq_len": a.seq_len, "runs": a.runs, "rounds": a.rounds, "rows": rows}
+              "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(), "threads": 1, "batch": 1, "seq_len": a.seq_len,
+              "runs": a.runs, "rounds": a.rounds, "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
     (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
