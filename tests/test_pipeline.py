@@ -37,6 +37,15 @@ def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_p
         cli.summary(m)
 
 
+def test_bench_runs_without_device_bench_installed(tiny_recipe, tmp_path, monkeypatch):
+    def missing():
+        raise EdgekitError("device_bench is not found beside edgekit nor installed")
+
+    monkeypatch.setattr(devices, "runner_source", missing)  # as in a wheel install of edgekit alone
+    final = run(tiny_recipe, tmp_path / "run")["final"]["metrics"]
+    assert final["latency_ms_p50"] > 0 and "bench_cpu" not in final
+
+
 def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_path):
     out = tmp_path / "run"
     first = run(tiny_recipe, out)

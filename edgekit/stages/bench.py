@@ -15,8 +15,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, seq_len: int = 128, threads: 
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = out_dir / "sentences.txt"
     texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:runs]))
-    cpu = devices.runner_module()  # INT8 latencies compare only between CPUs with the same INT8 instructions
-    where = {"bench_cpu": cpu.cpu_name(), "bench_int8_isa": cpu.int8_isa()}
+    try:  # INT8 latencies compare only between CPUs with the same INT8 instructions: record which CPU this is
+        cpu = devices.runner_module()
+        where = {"bench_cpu": cpu.cpu_name(), "bench_int8_isa": cpu.int8_isa()}
+    except EdgekitError:  # a wheel install without device_bench: the latency, without the CPU's name
+        where = {}
     measured = {}
     for name, a in artifact.all().items():  # every target's artifact, when there are several
         result = measure(a.path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup, texts=texts)
