@@ -182,11 +182,11 @@ def gemm_peak() -> dict:
         best[f"{m}x{k}x{n}"] = round(2 * m * k * n / min(times) / 1e9, 1)
     mhz = max((float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
                if line.startswith("cpu MHz")), default=0.0)
-    runner = devices.runner_module()  # the CPU's name and INT8 instruction set, read as device_bench reads them
-    isa = runner.int8_isa()
+    cpu = devices.this_cpu()
+    isa = cpu["int8_isa"]
     per_cycle = {"AMX-INT8": 128, "AVX512-VNNI": 128, "AVX-VNNI": 64}.get(isa)  # 2 ports x 64 or 32 u8s8 MACs
-    return {"measured_gops": max(best.values()), "by_shape_gops": best, "clock_mhz": mhz, "cpu": runner.cpu_name(),
-            "int8_isa": isa, "theoretical_gops": round(mhz / 1e3 * per_cycle * 2, 1) if per_cycle else None,
+    return {"measured_gops": max(best.values()), "by_shape_gops": best, "clock_mhz": mhz, **cpu,
+            "theoretical_gops": round(mhz / 1e3 * per_cycle * 2, 1) if per_cycle else None,
             "how": "fastest u8 x s8 MatMulInteger in ONNX Runtime (MLAS), 1 thread, best of 20 runs per shape; " +
                    (f"theoretical = clock x 2 vector ports x {per_cycle // 2} {isa} multiply-adds x 2 ops" if per_cycle
                     else f"no theoretical figure: {isa or 'this CPU'} has no one-instruction INT8 multiply-add")}

@@ -33,8 +33,7 @@ def main(argv=None):
     p.add_argument("runs", type=Path, nargs="+", help="finished run folders with an ONNX export stage")
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     a = p.parse_args(argv)
-    cpu = devices.runner_module()
-    result = {"at": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(),
+    result = {"at": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(),
               "probe": saturation_probe(), "runs": [measure(run.resolve()) for run in a.runs]}
     a.out.mkdir(parents=True, exist_ok=True)
     write_json(a.out / "int8-range.json", result)

@@ -48,9 +48,8 @@ def main(argv=None):
     for r in rows:
         r["speedup_128_vs_teacher_fp32"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
         r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
-    cpu = devices.runner_module()
     result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
-              "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(), "threads": 1, "batch": 1, "seq_len": a.seq_len,
+              **devices.this_cpu(), "threads": 1, "batch": 1, "seq_len": a.seq_len,
               "runs": a.runs, "rounds": a.rounds, "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"

@@ -60,8 +60,7 @@ def main(argv=None):
         rows.append({**profiles[len(profiles) // 2], "p50_ms": round(float(np.median(p)), 3),  # the median profile
                      "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
                      "profiled_ratios": [x["profile"]["ratio"] for x in profiles]})
-    cpu = devices.runner_module()
-    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu.cpu_name(), "int8_isa": cpu.int8_isa(),
+    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(),
               "json": str(a.out), "peak_gops_by_round": peaks, "rounds": a.rounds, "runs_per_round": a.timed,
               "rows": rows}
     write_json(a.out, result)

@@ -75,6 +75,13 @@ def runner_module():
     return module
 
 
+def this_cpu() -> dict:
+    """{cpu, int8_isa} of this machine, read as device_bench reads them: INT8 latencies compare only between CPUs
+    with the same INT8 instructions, so every measurement names them."""
+    runner = runner_module()
+    return {"cpu": runner.cpu_name(), "int8_isa": runner.int8_isa()}
+
+
 # ---------------------------------------------------------------- targets
 
 def load_targets(recipe: dict, targets_file=None) -> dict:

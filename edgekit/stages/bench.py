@@ -15,9 +15,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, seq_len: int = 128, threads: 
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = out_dir / "sentences.txt"
     texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:runs]))
-    try:  # INT8 latencies compare only between CPUs with the same INT8 instructions: record which CPU this is
-        cpu = devices.runner_module()
-        where = {"bench_cpu": cpu.cpu_name(), "bench_int8_isa": cpu.int8_isa()}
+    try:  # which CPU measured: INT8 latencies compare only between CPUs with the same INT8 instructions
+        where = {f"bench_{k}": v for k, v in devices.this_cpu().items()}
     except EdgekitError:  # a wheel install without device_bench: the latency, without the CPU's name
         where = {}
     measured = {}
