@@ -157,21 +157,27 @@ def gemm_flops(onnx_path) -> int:
     return total
 
 
-def gemm_peak() -> dict:
-    """The fastest INT8 GEMM ONNX Runtime runs on one thread here (GOPS), and the theoretical peak on VNNI CPUs."""
+def matmul_integer(weights: np.ndarray, m: int):
+    """A one-thread ONNX Runtime session of one u8 [m, k] x s8 `weights` [k, n] -> s32 MatMulInteger (input `A`)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
+    k, n = weights.shape
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "gemm",
+                              [helper.make_tensor_value_info("A", TensorProto.UINT8, [m, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.INT32, [m, n])],
+                              [numpy_helper.from_array(weights, "B")])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    return ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                                .SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def gemm_peak() -> dict:
+    """The fastest INT8 GEMM ONNX Runtime runs on one thread here (GOPS), and the theoretical peak on VNNI CPUs."""
     rng, best = np.random.default_rng(0), {}
     for m, k, n in ((128, 384, 384), (128, 384, 1536), (512, 1024, 1024), (1024, 2048, 2048)):
-        weights = numpy_helper.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "B")
-        graph = helper.make_graph([helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "gemm",
-                                  [helper.make_tensor_value_info("A", TensorProto.UINT8, [m, k])],
-                                  [helper.make_tensor_value_info("Y", TensorProto.INT32, [m, n])], [weights])
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-                                       .SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = matmul_integer(rng.integers(-127, 128, (k, n)).astype(np.int8), m)
         feed = {"A": rng.integers(0, 256, (m, k)).astype(np.uint8)}
         times = []
         for i in range(25):
