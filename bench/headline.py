@@ -74,6 +74,15 @@ def pareto(docs: Path) -> Path:
     return docs.with_name(f"{docs.stem}-pareto.png")
 
 
+def distinct_finals(manifest: dict, run: Path) -> list:
+    """[(names joined by " = ", Artifact)] for a run's final artifacts, each file once: quantize hard-links
+    identical per-target files (x86-tflite = arm64-tflite), which are measured once under all their names."""
+    files = {}
+    for name, art in Artifact.from_json(manifest["final"], run).all().items():
+        files.setdefault(os.stat(art.path).st_ino, ([], art))[0].append(name)
+    return [(" = ".join(names), art) for names, art in files.values()]
+
+
 def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
     manifest, ctx = pipeline.context_of(run)
     name = manifest["recipe"]["name"]
@@ -84,14 +93,8 @@ def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
     stages = {s["name"]: s for s in manifest["stages"]}
     student_onnx = Artifact.from_json(stages["export"]["output"], run).all().get("onnx")
     models = [("teacher FP32", teacher.path, teacher.path), ("peer: teacher ORT dynamic INT8", peer.path, teacher.path)]
-    seen = {}
-    for out, art in Artifact.from_json(manifest["final"], run).all().items():
-        key = os.stat(art.path).st_ino  # quantize hard-links identical per-target files: measure them once
-        if key in seen:
-            models[seen[key]] = (models[seen[key]][0] + f" = {out}",) + models[seen[key]][1:]
-            continue
-        seen[key] = len(models)
-        models.append((f"edgekit {out}", art.path, student_onnx.path if student_onnx else None))
+    for names, art in distinct_finals(manifest, run):
+        models.append((f"edgekit {names}", art.path, student_onnx.path if student_onnx else None))
     texts = peers.sentences(ctx.splits.test[:timed], work)
     latency = bench.measure_interleaved([path for _, path, _ in models], rounds=rounds, seq_len=128, threads=1,
                                         runs=timed, warmup=10, texts=texts)

@@ -10,7 +10,6 @@ Writes bench/results/roofline.json and bench/results/roofline.md.
 """
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -77,12 +76,9 @@ def models(run: Path) -> list:
         sys.exit(f"roofline: {run} has no headline/teacher-int8 or teacher-fp32; run bench/headline.py {run} first")
     export = next(s for s in manifest["stages"] if s["name"] == "export")
     fp32 = Artifact.from_json(export["output"], run).all()["onnx"].path
-    out, seen = [(f"{name}: peer (teacher ORT dynamic INT8)", peer, teacher)], set()
-    for target, art in Artifact.from_json(manifest["final"], run).all().items():
-        if art.kind == "onnx" and os.stat(art.path).st_ino not in seen:
-            seen.add(os.stat(art.path).st_ino)
-            out.append((f"{name}: edgekit {target}", Path(art.path), Path(fp32)))
-    return out
+    return [(f"{name}: peer (teacher ORT dynamic INT8)", peer, teacher)] + [
+        (f"{name}: edgekit {names}", Path(art.path), Path(fp32))
+        for names, art in headline.distinct_finals(manifest, run) if art.kind == "onnx"]
 
 
 def session(model: Path, profiling: bool = False, prefix: str = ""):

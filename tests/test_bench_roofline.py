@@ -29,3 +29,17 @@ def test_profile_splits_an_int8_file_into_groups_that_add_up(tmp_path):
     row.update(p50_ms=p["p50_ms"], roofline_ratio=p["ratio"])
     assert "| tiny |" in roofline.markdown({"measured": "now", "peak_gops_by_round": [p["peak_gops"]], "rounds": 1,
                                             "runs_per_round": 5, "rows": [row]})
+
+
+def test_hard_linked_final_artifacts_are_measured_once_under_all_their_names(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "model.onnx").write_bytes(b"x")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "model.onnx").hardlink_to(tmp_path / "a" / "model.onnx")
+    (tmp_path / "c.onnx").write_bytes(b"x")  # the same bytes, another file: measured on its own
+    final = {"path": "a/model.onnx", "kind": "onnx", "outputs": {
+        "x86-onnx": {"path": "a/model.onnx", "kind": "onnx"}, "arm64-onnx": {"path": "b/model.onnx", "kind": "onnx"},
+        "x86-tflite": {"path": "c.onnx", "kind": "onnx"}}}
+    finals = roofline.headline.distinct_finals({"final": final}, tmp_path)
+    assert [(names, art.path) for names, art in finals] == [
+        ("x86-onnx = arm64-onnx", tmp_path / "a" / "model.onnx"), ("x86-tflite", tmp_path / "c.onnx")]
