@@ -1,7 +1,8 @@
 """The headline result: each edge recipe against its own teacher and the usual INT8 path, in one run.
 
 For every finished run given (edge-base, edge-small): the FP32 teacher in ONNX Runtime; the teacher's ONNX
-Runtime dynamic INT8, per-channel (what optimum-cli's avx512_vnni dynamic config does: "the peer"); and every
+Runtime dynamic INT8, per-channel (what optimum-cli's dynamic config for this CPU does, avx512_vnni or avx2: "the
+peer"; peers.peer_config); and every
 final artifact of the run. Per model: size; p50/p90 latency at batch 1 on 1 thread, at 128 tokens and on the real
 test sentences (interleaved rounds in clean processes, median over rounds); accuracy on the rt-polarity test split
 and out of domain on vader-amazon (every sentence on its own, as a device runs it); the GEMM work left at 128
@@ -60,7 +61,7 @@ def main(argv=None):
           file=sys.stderr)
     recipes = [measure_run(run.resolve(), peak, a.rounds, a.timed) for run in a.runs]
     result = {"at": time.strftime("%Y-%m-%d %H:%M"), "threads": 1, "batch": 1, "seq_len": 128, "rounds": a.rounds,
-              "runs_per_round": a.timed, "peak": peak, "recipes": recipes}
+              "runs_per_round": a.timed, "peak": peak, "peer": peers.peer_config(), "recipes": recipes}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2))
     a.docs.parent.mkdir(parents=True, exist_ok=True)
@@ -229,6 +230,12 @@ def plot(recipes: list, path: Path) -> None:
     plt.close(fig)
 
 
+def peer_text(peer: dict | None) -> str:
+    if not peer:  # results from before the peer followed the CPU
+        return "optimum-cli's avx512_vnni dynamic config"
+    return f"optimum-cli's {peer['optimum_config']} dynamic config for this CPU: {peer['weights']} weights"
+
+
 def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png") -> str:
     peak = result["peak"]
     roofline = Path(json_path).name.replace("headline", "roofline").replace(".json", ".md")  # written beside it
@@ -237,7 +244,7 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"Batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
              f"{result['runs_per_round']} runs, each model in a clean process. Accuracy: every sentence on its own "
              f"(as a device runs it). The peer is the teacher through ONNX Runtime dynamic INT8, per-channel "
-             f"(optimum-cli's avx512_vnni dynamic config), run with the same session settings as edgekit's.", "",
+             f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS, measured ({peak['how']}; by shape: "
              f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
              f"{peak.get('int8_isa') or '?'}, "

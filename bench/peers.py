@@ -1,9 +1,9 @@
 """edgekit's final artifact against what people do today, in one run, on this machine.
 
 For a finished run: the FP32 teacher in ONNX Runtime; ONNX Runtime dynamic INT8 of the teacher, per-channel
-(what optimum-cli's avx512_vnni dynamic quantization does); and edgekit's final artifact. For each: size MB,
-p50/p90 latency at batch 1 on 1 thread for sequence length 128 and for the real test sentences, accuracy on
-the test split. Writes JSON and a markdown table.
+(what optimum-cli's dynamic quantization for this CPU does: peer_config); and edgekit's final artifact. For
+each: size MB, p50/p90 latency at batch 1 on 1 thread for sequence length 128 and for the real test sentences,
+accuracy on the test split. Writes JSON and a markdown table.
 
     python bench/peers.py artifacts/distilbert-int8 [--runs 100] [--out bench/results]
 """
@@ -50,7 +50,7 @@ def main(argv=None):
         r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
     result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
               **devices.this_cpu(), "threads": 1, "batch": 1, "seq_len": a.seq_len,
-              "runs": a.runs, "rounds": a.rounds, "rows": rows}
+              "runs": a.runs, "rounds": a.rounds, "peer": peer_config(), "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
     (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
@@ -60,10 +60,20 @@ def main(argv=None):
     print(table)
 
 
+def peer_config() -> dict:
+    """optimum-cli's dynamic INT8 config for this CPU: avx512_vnni (s8 weights) where the CPU has VNNI or is Arm;
+    avx2 (u8 weights: s8 ones saturate in VPMADDUBSW there, and cost mpnet-base's peer 33 points) on other x86."""
+    isa = devices.this_cpu()["int8_isa"] or ""
+    u8 = "without VNNI" in isa
+    return {"optimum_config": "avx2" if u8 else "avx512_vnni", "weights": "uint8" if u8 else "int8", "int8_isa": isa}
+
+
 def teacher_and_peer(ctx, work: Path) -> tuple:
-    """The run's FP32 teacher in ONNX and its plain ONNX Runtime dynamic INT8, per-channel (the optimum-cli path)."""
+    """The run's FP32 teacher in ONNX and its plain ONNX Runtime dynamic INT8, per-channel (the optimum-cli path for
+    this CPU: peer_config)."""
     fp32 = export.run(ctx.teacher, work / "teacher-fp32", ctx, format="onnx")
-    return fp32, quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True, fuse=False)
+    return fp32, quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True, fuse=False,
+                              weights=peer_config()["weights"])
 
 
 def sentences(examples: list, work: Path) -> Path:

@@ -227,3 +227,22 @@ def test_onnx_sidecars_name_the_onnxruntime_fusions_to_skip_and_a_bad_list_is_on
     (out.path.with_name("model.json")).write_text(json.dumps(dict(meta, onnxruntime={"disabled_optimizers": "x"})))
     with pytest.raises(EdgekitError, match="disabled_optimizers is 'x'; give a list"):
         runtime.load(out.path.parent)
+
+
+def test_uint8_weights_give_u8_matmul_weights_close_to_int8_ones_and_only_for_onnx_dynamic(tmp_path, model_dir,
+                                                                                           csv_file):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=8)
+    files = {w: quantize.run(fp32, tmp_path / w, ctx, weights=w) for w in ("int8", "uint8")}
+    for w, art in files.items():
+        graph = onnx.load(str(art.path)).graph
+        inits = {i.name: i.data_type for i in graph.initializer}
+        types = {inits[n.input[1]] for n in graph.node if n.op_type == "MatMulInteger" and n.input[1] in inits}
+        assert types == {onnx.TensorProto.UINT8 if w == "uint8" else onnx.TensorProto.INT8}, (w, types)
+        assert json.loads(art.path.with_name("model.json").read_text())["quantization"]["weights"] == w
+        assert art.metrics["label_agreement"] >= 0.99, (w, art.metrics)
+    with pytest.raises(EdgekitError, match="quantize.weights 'uint8' with ONNX mode static: give int8") as e:
+        quantize.run(fp32, tmp_path / "s", ctx, mode="static", weights="uint8")
+    assert "\n" not in str(e.value) and not (tmp_path / "s" / "model.onnx").exists()
+    with pytest.raises(EdgekitError, match="quantize.weights 'u4'"):
+        quantize.run(fp32, tmp_path / "u4", ctx, weights="u4")

@@ -44,9 +44,12 @@ FILES = {"onnx": "model.onnx", "tflite": "model.tflite", "torchscript": "model.p
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic", per_channel: bool = True,
         reduce_range: bool | None = None, fuse: bool = False, calibration: str = "minmax",
-        calibration_size: int = 128, max_accuracy_drop: float | None = None, check_sentences: int = 200) -> Artifact:
+        calibration_size: int = 128, max_accuracy_drop: float | None = None, check_sentences: int = 200,
+        weights: str = "int8") -> Artifact:
     """mode: one mode for every format, or one per format ({onnx: static, tflite: dynamic, torchscript: dynamic}).
-    reduce_range: None takes the target's setting (7-bit weights on x86 without VNNI)."""
+    reduce_range: None takes the target's setting (7-bit weights on x86 without VNNI).
+    weights (ONNX dynamic): int8, or uint8, whose u8 x u8 kernels cannot saturate on x86 without VNNI (optimum-cli's
+    avx2 config; 6% slower than int8 for mpnet-base on an AVX2 CPU)."""
     sources = artifact.all()
     if artifact.kind == "hf":
         raise EdgekitError("quantize needs an exported model (onnx, tflite or torchscript); put export before quantize")
@@ -58,6 +61,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
             raise EdgekitError(f"quantize.mode {modes.get(a.kind)} is not offered for {a.kind} (offered: "
                                f"{', '.join(OFFERED[a.kind])}); give another mode, or one per format such as "
                                f"{{onnx: static, torchscript: dynamic}}")
+    if weights not in ("int8", "uint8") or (weights == "uint8" and modes.get("onnx") != "dynamic"):
+        raise EdgekitError(f"quantize.weights {weights!r} with ONNX mode {modes.get('onnx')}: give int8, or uint8 "
+                           f"with an ONNX export in mode dynamic")
     calib = []
     if "static" in modes.values():
         calib = [t for t, _ in ctx.splits.train[:calibration_size]]
@@ -73,7 +79,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
         source = Path(by_format[fmt].path)
         folder = out_dir if len(pairs) == 1 else out_dir / f"{target}-{fmt}"
         settings = {"mode": modes[fmt], "per_channel": per_channel, "fuse": fuse, "calibration": calibration,
-                    **target_settings(target, fmt, reduce_range)}
+                    **target_settings(target, fmt, reduce_range), **({"weights": weights} if fmt == "onnx" else {})}
         key = json.dumps([fmt, settings], sort_keys=True)
         same = done.get(key)
         if same:  # another target with identical settings: the same file, hard-linked
@@ -132,7 +138,8 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
         report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
                       drop_measured_on=f"validation ({len(examples)} sentences)")
     quantization = {"tool": {"onnx": "onnxruntime", "tflite": "ai-edge-quantizer", "torchscript": "torch.ao"}[fmt],
-                    **applied(fmt, mode, settings), "mode": mode, "weights": "fp16" if mode == "fp16" else "int8",
+                    **applied(fmt, mode, settings), "mode": mode,
+                    "weights": "fp16" if mode == "fp16" else settings.get("weights", "int8"),
                     "activations": activations(fmt, mode, settings), **report}
     write_json(folder / "model.json", dict(meta, target=target, quantization=quantization))
     return Artifact(target_file, fmt, {"quantization": quantization})
@@ -226,7 +233,8 @@ def preprocess(source: Path, dest: Path) -> None:
 def int8(prepared: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
     """Dynamic or static INT8 of a prepared graph, per `settings`."""
     if settings["mode"] == "dynamic":
-        int8_dynamic(prepared, target, settings["per_channel"], settings["reduce_range"], exclude, only, prep=False)
+        int8_dynamic(prepared, target, settings["per_channel"], settings["reduce_range"], exclude, only, prep=False,
+                     weights=settings.get("weights", "int8"))
     else:
         int8_static(prepared, target, settings, calib, exclude, only)
 
@@ -241,7 +249,7 @@ def fused(source: Path):
 
 
 def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_range: bool = False, exclude=(),
-                 only=None, prep: bool = True) -> None:
+                 only=None, prep: bool = True, weights: str = "int8") -> None:
     """ONNX Runtime dynamic INT8 of `source` written to `target` (through a temporary file)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -250,7 +258,8 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
     if prep:
         preprocess(source, prepared)
     quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel, reduce_range=reduce_range,
-                     weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude), nodes_to_quantize=only,
+                     weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
+                     nodes_to_exclude=list(exclude), nodes_to_quantize=only,
                      extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
     prepared.unlink(missing_ok=True)
     os.replace(tmp, target)
