@@ -1,12 +1,12 @@
 """The headline result: each edge recipe against its own teacher and the usual INT8 path, in one run.
 
 For every finished run given (edge-base, edge-small): the FP32 teacher in ONNX Runtime; the teacher's ONNX
-Runtime dynamic INT8, per-channel (what optimum-cli's dynamic config for this CPU does, avx512_vnni or avx2: "the
-peer"; peers.peer_config); and every
-final artifact of the run. Per model: size; p50/p90 latency at batch 1 on 1 thread, at 128 tokens and on the real
-test sentences (interleaved rounds in clean processes, median over rounds); accuracy on the rt-polarity test split
-and out of domain on vader-amazon (every sentence on its own, as a device runs it); the GEMM work left at 128
-tokens and the ratio of the measured latency to the INT8 roofline for that work.
+Runtime dynamic INT8, per-channel (what optimum-cli's dynamic config for this CPU does, avx512_vnni or avx2:
+"the peer"; peers.peer_config); and every final artifact of the run. Per model: size; p50/p90 latency at batch 1
+on 1 thread, at 128 tokens and on the real test sentences (interleaved rounds in clean processes, median over
+rounds); accuracy on the rt-polarity test split and out of domain on vader-amazon (every sentence on its own, as a
+device runs it); the GEMM work left at 128 tokens and the ratio of the measured latency to the INT8 roofline for
+that work.
 
 Roofline: the peak is measured, not assumed: the fastest of four INT8 GEMMs (u8 x s8 -> s32 MatMulInteger, from
 BERT-sized 128x384x384 to 1024x2048x2048) that ONNX Runtime runs on one thread of this CPU. On VNNI CPUs the

@@ -62,7 +62,7 @@ def main(argv=None):
 
 def peer_config() -> dict:
     """optimum-cli's dynamic INT8 config for this CPU: avx512_vnni (s8 weights) where the CPU has VNNI or is Arm;
-    avx2 (u8 weights: s8 ones saturate in VPMADDUBSW there, and cost mpnet-base's peer 33 points) on other x86."""
+    avx2 (u8 weights: s8 ones saturate in VPMADDUBSW there, and cost mpnet-base's peer 32 points) on other x86."""
     isa = devices.this_cpu()["int8_isa"] or ""
     u8 = "without VNNI" in isa
     return {"optimum_config": "avx2" if u8 else "avx512_vnni", "weights": "uint8" if u8 else "int8", "int8_isa": isa}

@@ -229,7 +229,7 @@ def test_onnx_sidecars_name_the_onnxruntime_fusions_to_skip_and_a_bad_list_is_on
         runtime.load(out.path.parent)
 
 
-def test_uint8_weights_give_u8_matmul_weights_close_to_int8_ones_and_only_for_onnx_dynamic(tmp_path, model_dir,
+def test_uint8_weights_go_into_every_matmul_agree_with_fp32_and_are_only_for_onnx_dynamic(tmp_path, model_dir,
                                                                                            csv_file):
     ctx = context(model_dir, csv_file)
     fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=8)

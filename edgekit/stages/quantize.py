@@ -49,7 +49,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
     """mode: one mode for every format, or one per format ({onnx: static, tflite: dynamic, torchscript: dynamic}).
     reduce_range: None takes the target's setting (7-bit weights on x86 without VNNI).
     weights (ONNX dynamic): int8, or uint8, whose u8 x u8 kernels cannot saturate on x86 without VNNI (optimum-cli's
-    avx2 config; 6% slower than int8 for mpnet-base on an AVX2 CPU)."""
+    avx2 config; 1.06-1.17x int8's time for mpnet-base on an AVX2 CPU)."""
     sources = artifact.all()
     if artifact.kind == "hf":
         raise EdgekitError("quantize needs an exported model (onnx, tflite or torchscript); put export before quantize")
