@@ -63,13 +63,6 @@ def unnamed(labels: list) -> bool:
     return list(labels) == [f"LABEL_{i}" for i in range(len(labels))]
 
 
-def head_parameters(model) -> list:
-    """Names of the classifier head's parameters: all outside the encoder, plus the encoder's pooler (BERT and
-    ALBERT keep that head layer inside it)."""
-    prefix = model.base_model_prefix + "."
-    return [n for n, _ in model.named_parameters() if not n.startswith(prefix) or n.startswith(prefix + "pooler.")]
-
-
 def num_layers(config) -> int:
     return config.num_hidden_layers
 

@@ -188,8 +188,6 @@ def test_bad_init_from_is_one_line_and_writes_nothing(model_dir, csv_file, tmp_p
     ({"intermediate_epochs": 1, "cosine": 0.0}, "needs an intermediate loss"),
     ({"student_config": {"vocab_size": 10}}, "student_config key 'vocab_size'"),
     ({"student_finetune": -1}, "student_finetune=-1: epochs"),
-    ({"student_probe": -0.5}, "student_probe=-0.5: epochs"),
-    ({"probe_lr": 0}, "probe_lr=0: the head's learning rate"),
 ])
 def test_bad_distill_settings(model_dir, csv_file, tmp_path, settings, message):
     ctx = context(csv_file, model_dir)
@@ -210,27 +208,6 @@ def test_student_finetune_trains_a_pretrained_student_on_labels_before_distillin
     assert not (tmp_path / "1" / "student-finetune").exists()
     a, b = (families.load_model(runs[k].path).state_dict() for k in (0, 1))
     assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-3
-
-
-def test_student_probe_trains_the_head_alone_then_distillation_trains_everything(model_dir, csv_file, tmp_path):
-    ctx = context(csv_file, model_dir)
-    model = families.load_model(model_dir, labels=ctx.splits.labels)
-    head = families.head_parameters(model)
-    assert head and all(n.startswith(("classifier.", "bert.pooler.")) for n in head)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    encoded = data.encode(families.load_tokenizer(model_dir), ctx.splits.train, 32)
-    settings = dict(lr=1e-2, batch_size=16, warmup=0.1, weight_decay=0.01, checkpoint_every=100, seed=0, pad_id=0,
-                    progress=False)
-    assert distill.probe(model, encoded, tmp_path / "probe", 1.0, settings) > 0
-    after = model.state_dict()
-    moved = {k for k in before if not torch.equal(before[k], after[k])}
-    assert moved and moved <= set(head)  # the head learned; the encoder did not move
-    assert all(p.requires_grad for p in model.parameters())  # and trains again after the probe
-
-    student = testing.make_model_dir(tmp_path / "student", layers=2, seed=1)
-    run = distill.run(Artifact(model_dir, "hf"), tmp_path / "run", ctx, student=str(student), layers="all",
-                      epochs=0.1, lr=1e-3, batch_size=16, student_probe=0.5)
-    assert run.metrics["student_probe_loss"] > 0 and not (tmp_path / "run" / "student-probe").exists()
 
 
 def test_a_pretrained_student_with_other_pieces_falls_back_to_logit_kd(model_dir, csv_file, tmp_path):

@@ -30,9 +30,6 @@ the student exactly, and the student starts from them.
 `student_finetune: E` first trains the student alone on the task's hard labels for E epochs (at `lr`), so
 distillation starts from a task model rather than a random classifier head: a fine-tuned minilm-l6 start lifted
 its 4-layer student under mpnet-base from 0.8364 to 0.8447 (bench/distill_targets.py, four-kd).
-`student_probe: E` trains the new classifier head alone on the hard labels for E epochs first (encoder frozen,
-at `probe_lr`): LP-FT (Kumar et al. 2022), which distorts the pretrained features less and so keeps more of what
-the student knew out of domain.
 """
 import shutil
 from pathlib import Path
@@ -55,17 +52,13 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         attention: float = 0.0, hidden: float = 0.0, pkd: float = 0.0, projection: bool = True, augment: int = 0,
         augment_p: float = 0.3, augment_k: int = 15, warmup: float = 0.1, weight_decay: float = 0.01,
         checkpoint_every: int = 100, cache_teacher: bool = True, cache_mb: int = 1024,
-        student_finetune: float = 0.0, student_probe: float = 0.0, probe_lr: float = 1e-3) -> Artifact:
+        student_finetune: float = 0.0) -> Artifact:
     weights = {"kd": alpha, "ce": 1 - alpha, "cosine": cosine, "embedding": embedding, "attention": attention,
                "hidden": hidden, "pkd": pkd}
     check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k)
-    for key, value in (("student_finetune", student_finetune), ("student_probe", student_probe)):
-        if value < 0:
-            raise EdgekitError(f"distill.{key}={value}: epochs of hard-label training before distilling; give 0 "
-                               f"(off) or more")
-    if probe_lr <= 0:
-        raise EdgekitError(f"distill.probe_lr={probe_lr}: the head's learning rate while the encoder is frozen; "
-                           f"give a number > 0 such as 1e-3")
+    if student_finetune < 0:
+        raise EdgekitError(f"distill.student_finetune={student_finetune}: epochs of hard-label training before "
+                           f"distilling; give 0 (off) or more")
     teacher = families.load_model(artifact.path)
     t_tok = families.load_tokenizer(artifact.path)
     model, s_tok, keep, init_share = build_student(teacher, t_tok, student, layers, student_config)
@@ -77,9 +70,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     examples, notes = list(ctx.splits.train), {}
     settings = dict(lr=lr, batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
                     checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=s_tok.pad_token_id, progress=ctx.progress)
-    if student_probe:
-        notes["student_probe_loss"] = round(probe(model, data.encode(s_tok, examples, ctx.max_length), out_dir,
-                                                  student_probe, {**settings, "lr": probe_lr}), 4)
     if student_finetune:
         notes["student_finetune_loss"] = round(training.train(
             model, data.encode(s_tok, examples, ctx.max_length), training.hard_label_loss,
@@ -124,7 +114,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     rank, world = training.distributed()
     if rank == 0:
         families.save_model(model, s_tok, out_dir / "model")
-        for phase in ("student-probe", "student-finetune", "intermediate"):
+        for phase in ("student-finetune", "intermediate"):
             shutil.rmtree(out_dir / phase, ignore_errors=True)
     metrics = {"params": sum(p.numel() for p in model.parameters()), "train_loss": round(loss, 4),
                "student_layers": keep, "layer_map": pairs, "teacher_cache_mb": round(view.cached_mb, 1),
@@ -132,22 +122,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     if init_share is not None:
         metrics["init_from_teacher"] = round(init_share, 3)
     return Artifact(out_dir / "model", "hf", metrics)
-
-
-def probe(model, encoded: list, out_dir: Path, epochs: float, settings: dict) -> float:
-    """Linear probing before fine-tuning (LP-FT, Kumar et al. 2022): the classifier head alone learns the task on
-    the frozen encoder, so the fine-tuning after it starts from a head that fits the pretrained features and
-    distorts them less. Returns the mean loss of the last steps."""
-    head = set(families.head_parameters(model))
-    frozen = [p for n, p in model.named_parameters() if n not in head and p.requires_grad]
-    for p in frozen:
-        p.requires_grad_(False)
-    try:
-        return training.train(model, encoded, training.hard_label_loss, out_dir=out_dir / "student-probe",
-                              epochs=epochs, desc="distill (student probe)", **settings)
-    finally:
-        for p in frozen:
-            p.requires_grad_(True)
 
 
 def check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k) -> None:
