@@ -14,6 +14,9 @@ theoretical peak (clock x 2 vector ports x 64 or 32 multiply-adds x 2) is printe
 MatMul/Gemm in the FP32 graph with shapes inferred for 1 x 128 tokens; roofline_ms = work / peak. Only GEMMs count:
 softmax, LayerNorm, GELU and the run-time quantization of activations are what the ratio charges the model for.
 
+Accuracy kept comes with a 95% paired bootstrap interval (the same resampled sentences for the artifact and the
+teacher): a bound inside it is one the split cannot tell apart from the artifact's own share.
+
     python bench/headline.py artifacts/edge-base artifacts/edge-small [--rounds 3] [--runs 50]
 
 Writes bench/results/headline.json, docs/results.md and docs/results-pareto.png (--out, --docs: elsewhere).
@@ -104,9 +107,12 @@ def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
     for (label, path, graph), lat in zip(models, latency):
         model = runtime.load(path)
         flops = gemm_flops(graph) if graph else None
+        test_hits = evaluate.correct(model, ctx.splits.test, 1, True, label[:30])
+        vader_hits = evaluate.correct(model, vader, 1, True, label[:24] + " vader")
         rows.append({"model": label, "path": str(path), "size_mb": size_mb(Artifact(path, model.kind)),
-                     "accuracy": evaluate.accuracy(model, ctx.splits.test, 1, True, label[:30]),
-                     "vader_accuracy": evaluate.accuracy(model, vader, 1, True, label[:24] + " vader"),
+                     "accuracy": round(sum(test_hits) / len(test_hits), 4),
+                     "vader_accuracy": round(sum(vader_hits) / len(vader_hits), 4),
+                     "test_correct": bits(test_hits), "vader_correct": bits(vader_hits),
                      "p50_ms": lat["fixed"]["p50"], "p90_ms": lat["fixed"]["p90"],
                      "p50_by_round": lat["fixed_p50_by_round"], "sentences_p50_ms": lat["sentences"]["p50"],
                      "sentences_p90_ms": lat["sentences"]["p90"], "peak_rss_mb": lat["peak_rss_mb"],
@@ -116,12 +122,30 @@ def measure_run(run: Path, peak: dict, rounds: int, timed: int) -> dict:
     for r in rows:
         r["retained"] = round(r["accuracy"] / base["accuracy"], 4)
         r["vader_retained"] = round(r["vader_accuracy"] / base["vader_accuracy"], 4)
+        r["retained_ci"] = kept_interval(r["test_correct"], base["test_correct"])
+        r["vader_retained_ci"] = kept_interval(r["vader_correct"], base["vader_correct"])
         r["speedup_vs_peer"] = round(peer_row["p50_ms"] / r["p50_ms"], 2)
         r["roofline_ratio"] = round(r["p50_ms"] / r["roofline_ms"], 2) if r["roofline_ms"] else None
     checked = {r["model"]: checks(name, r) for r in rows[2:]}
     return {"recipe": name, "run": str(run), "teacher": manifest["recipe"]["teacher"],
             "test_examples": len(ctx.splits.test), "vader_examples": len(vader), "rows": rows, "checks": checked,
             "all_targets_met_by": [m for m, c in checked.items() if c and all(x["met"] for x in c)]}
+
+
+def bits(hits: list) -> str:
+    """Per-sentence correctness as a compact string ("1" right, "0" wrong), stored so --render can redo intervals."""
+    return "".join("1" if h else "0" for h in hits)
+
+
+def kept_interval(model: str, teacher: str, draws: int = 2000, seed: int = 0) -> list:
+    """95% paired bootstrap interval of (model accuracy / teacher accuracy): each draw resamples the sentences
+    with replacement and scores both on the same draw, so what the two get right together does not count as noise."""
+    m, t = (np.frombuffer(x.encode(), np.uint8) == ord("1") for x in (model, teacher))
+    if len(m) != len(t) or not len(m):
+        raise ValueError(f"correctness strings of {len(m)} and {len(t)} sentences: score both on the same split")
+    index = np.random.default_rng(seed).integers(0, len(m), (draws, len(m)))
+    ratio = m[index].sum(1) / np.maximum(t[index].sum(1), 1)
+    return [round(float(q), 4) for q in np.percentile(ratio, [2.5, 97.5])]
 
 
 def checks(recipe: str, row: dict) -> list:
@@ -134,7 +158,8 @@ def checks(recipe: str, row: dict) -> list:
         met = actual is not None and (actual <= bound if at_most else actual >= bound)
         out.append({"target": f"{metric} {'<=' if at_most else '>='} {bound:g}", "actual": actual, "met": met,
                     "off_by": None if met or actual is None else
-                    (f"{actual / bound:.2f}x the bound" if at_most else f"{bound - actual:.4f} short")})
+                    (f"{actual / bound:.2f}x the bound" if at_most else f"{bound - actual:.4f} short"),
+                    "interval": row.get(f"{metric}_ci")})
     return out
 
 
@@ -236,6 +261,24 @@ def peer_text(peer: dict | None) -> str:
     return f"optimum-cli's {peer['optimum_config']} dynamic config for this CPU: {peer['weights']} weights"
 
 
+def kept(row: dict, key: str) -> str:
+    """A share kept, with its 95% interval where the run stored one (the teacher's own row has none)."""
+    ci = row.get(f"{key}_ci")
+    return f"{row[key]:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci and row["model"] != "teacher FP32" else "")
+
+
+def verdict(check: dict) -> str:
+    """One cell of the targets table: the value, met or by how much it missed, and where a 95% interval was
+    measured whether the bound lies inside it (the split cannot tell the artifact from one on the bound)."""
+    word = "met" if check["met"] else f"MISSED ({check['off_by']})" if check["off_by"] else "n/a"
+    ci = check.get("interval")
+    if ci:
+        bound = float(check["target"].split()[-1])
+        inside = "bound inside" if ci[0] <= bound <= ci[1] else "bound outside"
+        word += f"; 95% interval {ci[0]:.3f}-{ci[1]:.3f}, {inside}"
+    return f"{check['actual']} {word}"
+
+
 def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png") -> str:
     peak = result["peak"]
     roofline = Path(json_path).name.replace("headline", "roofline").replace(".json", ".md")  # written beside it
@@ -243,7 +286,8 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"Measured {result['at']} on this machine by `python bench/headline.py` (raw numbers: `{json_path}`). "
              f"Batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
              f"{result['runs_per_round']} runs, each model in a clean process. Accuracy: every sentence on its own "
-             f"(as a device runs it). The peer is the teacher through ONNX Runtime dynamic INT8, per-channel "
+             f"(as a device runs it); `kept` = accuracy / the FP32 teacher's, in parentheses its 95% paired bootstrap "
+             f"interval over the split's sentences where measured. The peer is the teacher through ONNX Runtime dynamic INT8, per-channel "
              f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS, measured ({peak['how']}; by shape: "
              f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
@@ -261,17 +305,15 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
         for r in recipe["rows"]:
             def num(v, spec):
                 return "n/a" if v is None else format(v, spec)
-            lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['accuracy']:.4f} | {r['retained']:.3f} | "
-                         f"{r['vader_accuracy']:.4f} | {r['vader_retained']:.3f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | "
+            lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['accuracy']:.4f} | {kept(r, 'retained')} | "
+                         f"{r['vader_accuracy']:.4f} | {kept(r, 'vader_retained')} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | "
                          f"{r['sentences_p50_ms']:.2f} | {r['speedup_vs_peer']:.2f} | {num(r['gemm_gflop_128'], '.3f')} | "
                          f"{num(r['roofline_ms'], '.2f')} | {num(r['roofline_ratio'], '.2f')} |")
         targets = [c["target"] for c in next(iter(recipe["checks"].values()), [])]
         if targets:
             lines += ["", "| artifact | " + " | ".join(targets) + " |", "|---|" + "---|" * len(targets)]
             for artifact, found in recipe["checks"].items():
-                lines.append(f"| {artifact} | " + " | ".join(
-                    f"{c['actual']} {'met' if c['met'] else 'MISSED (' + c['off_by'] + ')' if c['off_by'] else 'n/a'}"
-                    for c in found) + " |")
+                lines.append(f"| {artifact} | " + " | ".join(verdict(c) for c in found) + " |")
             met = recipe["all_targets_met_by"]
             lines += ["", f"All targets at once: {'met by ' + ', '.join(met) if met else 'not met by any artifact'}."]
         lines.append("")

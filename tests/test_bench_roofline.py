@@ -43,3 +43,24 @@ def test_hard_linked_final_artifacts_are_measured_once_under_all_their_names(tmp
     finals = roofline.headline.distinct_finals({"final": final}, tmp_path)
     assert [(names, art.path) for names, art in finals] == [
         ("x86-onnx = arm64-onnx", tmp_path / "a" / "model.onnx"), ("x86-tflite", tmp_path / "c.onnx")]
+
+
+def test_kept_interval_is_paired_and_says_whether_the_bound_is_inside():
+    headline = roofline.headline
+    teacher = "1" * 80 + "0" * 20
+    assert headline.kept_interval(teacher, teacher) == [1.0, 1.0]  # the same sentences right: no noise at all
+    # 10 of the teacher's 80 lost: 0.875 kept; a paired draw keeps the interval narrow around it
+    model = "1" * 70 + "0" * 30
+    low, high = headline.kept_interval(model, teacher)
+    assert low < 70 / 80 < high and high < 0.97, (low, high)
+    assert headline.kept_interval(model, teacher) == [low, high]  # seeded: the same run renders the same
+    with pytest.raises(ValueError, match="same split"):
+        headline.kept_interval(model, teacher[:50])
+    row = {"retained": 0.875, "retained_ci": [low, high]}
+    check, = headline.checks("edge-small", row)[2:3]  # size, p50, retained: the third target
+    assert check["interval"] == [low, high] and not check["met"]
+    assert headline.verdict(check).endswith("bound outside")
+    near = dict(check, interval=[0.95, 0.99])  # a miss inside the noise says so
+    assert headline.verdict(near).startswith("0.875 MISSED (0.0950 short)")
+    assert headline.verdict(near).endswith("bound inside")
+    assert headline.verdict(dict(check, interval=None)) == "0.875 MISSED (0.0950 short)"  # results from before

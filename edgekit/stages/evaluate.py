@@ -40,11 +40,17 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
 
 
 def accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) -> float:
-    correct = 0
+    hits = correct(model, examples, batch_size, progress, desc)
+    return round(sum(hits) / len(hits), 4)
+
+
+def correct(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
+    """Per example, in order: whether the model predicts its label."""
+    hits = []
     with tqdm(total=len(examples), desc=desc, unit="ex", disable=not progress, dynamic_ncols=True) as bar:
         for s in range(0, len(examples), batch_size):
             chunk = examples[s:s + batch_size]
             predicted = model.logits(model.encode([t for t, _ in chunk])).argmax(-1)
-            correct += sum(int(p == label) for p, (_, label) in zip(predicted, chunk))
+            hits += [bool(p == label) for p, (_, label) in zip(predicted, chunk)]
             bar.update(len(chunk))
-    return round(correct / len(examples), 4)
+    return hits
