@@ -287,7 +287,8 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"Batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
              f"{result['runs_per_round']} runs, each model in a clean process. Accuracy: every sentence on its own "
              f"(as a device runs it); `kept` = accuracy / the FP32 teacher's, in parentheses its 95% paired bootstrap "
-             f"interval over the split's sentences where measured. The peer is the teacher through ONNX Runtime dynamic INT8, per-channel "
+             f"interval over the split's sentences where measured. The peer is the teacher through ONNX Runtime "
+             f"dynamic INT8, per-channel "
              f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS, measured ({peak['how']}; by shape: "
              f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
