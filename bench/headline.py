@@ -137,15 +137,9 @@ def bits(hits: list) -> str:
     return "".join("1" if h else "0" for h in hits)
 
 
-def kept_interval(model: str, teacher: str, draws: int = 2000, seed: int = 0) -> list:
-    """95% paired bootstrap interval of (model accuracy / teacher accuracy): each draw resamples the sentences
-    with replacement and scores both on the same draw, so what the two get right together does not count as noise."""
-    m, t = (np.frombuffer(x.encode(), np.uint8) == ord("1") for x in (model, teacher))
-    if len(m) != len(t) or not len(m):
-        raise ValueError(f"correctness strings of {len(m)} and {len(t)} sentences: score both on the same split")
-    index = np.random.default_rng(seed).integers(0, len(m), (draws, len(m)))
-    ratio = m[index].sum(1) / np.maximum(t[index].sum(1), 1)
-    return [round(float(q), 4) for q in np.percentile(ratio, [2.5, 97.5])]
+def kept_interval(model: str, teacher: str) -> list:
+    """evaluate.kept_interval on two stored correctness strings."""
+    return evaluate.kept_interval(*([c == "1" for c in x] for x in (model, teacher)))
 
 
 def checks(recipe: str, row: dict) -> list:

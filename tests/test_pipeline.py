@@ -35,6 +35,11 @@ def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_p
     assert final["bench_int8_isa"] == isa and final["bench_cpu"]  # which CPU the latency belongs to
     assert f"latency measured on {final['bench_cpu']} ({isa or 'INT8 instructions unknown'}), 1 thread(s)" in \
         cli.summary(m)
+    low, high = final["accuracy_retained_interval"]  # the split's own noise around the share kept
+    assert low <= final["accuracy_retained"] <= high
+    assert f"retained {final['accuracy_retained']} (95% interval {low}-{high})" in cli.summary(m)
+    assert cli.interval(final, "accuracy_retained", 2.0).endswith(", bound outside)")
+    assert cli.interval(final, "size_mb", 100.0) == ""  # only what the evaluate stage measured an interval for
 
 
 def test_bench_runs_without_device_bench_installed(tiny_recipe, tmp_path, monkeypatch):
