@@ -230,8 +230,11 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             if shared:
                 to_shared(shared, entry, stage_dir)
         manifest["stages"].append(entry)
-        input_print = hashlib.sha256(json.dumps(entry["files"], sort_keys=True).encode()).hexdigest() \
-            if entry["files"] and Path(artifact.path).is_relative_to(stage_dir) else input_print
+        if entry["files"] and Path(artifact.path).is_relative_to(stage_dir):  # a new model: its files key the next
+            input_print = hashlib.sha256(json.dumps(entry["files"], sort_keys=True).encode()).hexdigest()
+        else:  # a stage that only measures: what it measured travels on, so new numbers re-run the stages after it
+            input_print = hashlib.sha256(json.dumps([input_print, artifact.to_json(out)], sort_keys=True,
+                                                    default=str).encode()).hexdigest()
         if name == "finetune":
             ctx.teacher, teacher_print = artifact, input_print
         write_json(out / "manifest.json", manifest)

@@ -74,6 +74,30 @@ def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatc
     assert [s["reused"] for s in m["stages"]] == [True, True, False, True, True, True]
 
 
+def test_new_measurements_reach_the_final_metrics_through_the_stages_after_them(tiny_recipe, tmp_path, monkeypatch):
+    """evaluate writes no model, only numbers: when it is redone (a fix raised its REVISION), bench after it is
+    redone too, so the manifest's final metrics and budgets carry the new numbers, not the reused stage's old ones."""
+    from edgekit.stages import evaluate
+
+    out = tmp_path / "run"
+    run(tiny_recipe, out)
+    import functools
+
+    measure = evaluate.run
+
+    @functools.wraps(measure)  # recipe keys are checked against the stage's signature
+    def remeasured(*args, **kwargs):
+        artifact = measure(*args, **kwargs)
+        artifact.metrics["remeasured"] = True
+        return artifact
+
+    monkeypatch.setattr(evaluate, "REVISION", evaluate.REVISION + 1)
+    monkeypatch.setattr(evaluate, "run", remeasured)
+    m = run(tiny_recipe, out)
+    assert [s["reused"] for s in m["stages"]] == [True, True, True, True, False, False]
+    assert m["final"]["metrics"]["remeasured"] is True
+
+
 def test_a_corrupted_output_is_not_reused(tiny_recipe, tmp_path):
     out = tmp_path / "run"
     run(tiny_recipe, out)
