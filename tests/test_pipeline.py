@@ -1,4 +1,5 @@
 import fcntl
+import functools
 import json
 
 import pytest
@@ -81,8 +82,6 @@ def test_new_measurements_reach_the_final_metrics_through_the_stages_after_them(
 
     out = tmp_path / "run"
     run(tiny_recipe, out)
-    import functools
-
     measure = evaluate.run
 
     @functools.wraps(measure)  # recipe keys are checked against the stage's signature
