@@ -144,6 +144,8 @@ def cmd_compress(args) -> int:
 
 
 def summary(manifest: dict) -> str:
+    from edgekit import gate
+
     def fmt(v, spec):
         return "" if v is None else format(v, spec)
 
@@ -163,7 +165,8 @@ def summary(manifest: dict) -> str:
                         f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
     rows.append("")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); teacher accuracy "
-                f"{final.get('teacher_accuracy')}, retained {final.get('accuracy_retained')}{interval(final)}")
+                f"{final.get('teacher_accuracy')}, retained {final.get('accuracy_retained')}"
+                f"{gate.interval_note(final.get('accuracy_retained_interval'))}")
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
         rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {final.get('bench_threads')} thread(s), "
@@ -172,19 +175,10 @@ def summary(manifest: dict) -> str:
     for b in manifest["budgets"]:
         where = f"{b['artifact']}: " if "artifact" in b else ""
         m = outputs[b["artifact"]]["metrics"] if b.get("artifact") in outputs else final
+        note = gate.interval_note(m.get(f"{b['metric']}_interval"), b["target"])
         rows.append(f"budget {where}{b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
-                    f"{'ok' if b['ok'] else 'OVER BUDGET'}{interval(m, b['metric'], b['target'])}")
+                    f"{'ok' if b['ok'] else 'OVER BUDGET'}{note}")
     return "\n".join(rows)
-
-
-def interval(metrics: dict, metric: str = "accuracy_retained", bound: float = None) -> str:
-    """' (95% interval lo-hi)' where the evaluate stage measured one for this metric, saying whether a budget's bound
-    lies inside it (then the split cannot tell the artifact from one on the bound); '' otherwise."""
-    ci = metrics.get(f"{metric}_interval")
-    if not ci:
-        return ""
-    inside = "" if bound is None else ", bound inside" if ci[0] <= bound <= ci[1] else ", bound outside"
-    return f" (95% interval {ci[0]}-{ci[1]}{inside})"
 
 
 def cmd_gate(args) -> int:

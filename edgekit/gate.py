@@ -95,6 +95,8 @@ def check(path, budgets: list, target: str = None) -> list:
                 raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
                                    f"accuracy, bench for latency and memory) or drop that budget")
             row = recipes.budget_row(metric, op, bound, measured[metric])
+            if measured.get(f"{metric}_interval"):  # the evaluate stage's 95% interval of accuracy_retained
+                row["interval"] = measured[f"{metric}_interval"]
             rows.append(row if name is None else dict(row, artifact=name))
     return rows
 
@@ -103,14 +105,24 @@ def label(row: dict) -> str:
     return f"{row['artifact']}: {row['metric']}" if "artifact" in row else row["metric"]
 
 
+def interval_note(ci, bound: float | None = None) -> str:
+    """' (95% interval lo-hi, bound inside)' for a measured interval: with the bound inside it, the split cannot tell
+    the artifact from one on the bound; '' when none was measured."""
+    if not ci:
+        return ""
+    inside = "" if bound is None else ", bound inside" if ci[0] <= bound <= ci[1] else ", bound outside"
+    return f" (95% interval {ci[0]}-{ci[1]}{inside})"
+
+
 def lines(rows: list) -> list:
     return [f"{label(r):22s} {r['actual']:>10g} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}"
-            for r in rows]
+            f"{interval_note(r.get('interval'), r['target'])}" for r in rows]
 
 
 def markdown(rows: list, title: str) -> str:
     out = [f"### edgekit gate: {title}", "", "| metric | actual | budget | ok |", "|---|---:|---:|---|"]
-    out += [f"| {label(r)} | {r['actual']:g} | {r['op']} {r['target']:g} | {'✅' if r['ok'] else '❌'} |" for r in rows]
+    out += [f"| {label(r)} | {r['actual']:g}{interval_note(r.get('interval'), r['target'])} | {r['op']} "
+            f"{r['target']:g} | {'✅' if r['ok'] else '❌'} |" for r in rows]
     return "\n".join(out) + "\n"
 
 

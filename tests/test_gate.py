@@ -35,7 +35,8 @@ def test_gate_passes_and_fails_on_real_metrics(finished, tmp_path, monkeypatch, 
                      "--min-accuracy-retained", "1.5", "--junit", str(tmp_path / "gate.xml")])
     out = capsys.readouterr().out.splitlines()
     assert code == 3 and len(out) == 3
-    assert out[0].split()[0] == "size_mb" and out[0].endswith("ok") and out[2].endswith("OVER")
+    assert out[0].split()[0] == "size_mb" and out[0].endswith("ok") and " OVER (95% interval " in out[2]
+    assert out[2].endswith(", bound outside)")  # no share kept reaches 1.5: the split can tell
     suite = ET.parse(tmp_path / "gate.xml").getroot()
     assert suite.get("tests") == "3" and suite.get("failures") == "1"
     assert "| accuracy_retained |" in summary.read_text() and "❌" in summary.read_text()
