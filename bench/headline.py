@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import data, devices, pipeline, runtime
+from edgekit import data, devices, gate, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb
 from edgekit.stages import bench, evaluate
 
@@ -265,12 +265,7 @@ def verdict(check: dict) -> str:
     """One cell of the targets table: the value, met or by how much it missed, and where a 95% interval was
     measured whether the bound lies inside it (the split cannot tell the artifact from one on the bound)."""
     word = "met" if check["met"] else f"MISSED ({check['off_by']})" if check["off_by"] else "n/a"
-    ci = check.get("interval")
-    if ci:
-        bound = float(check["target"].split()[-1])
-        inside = "bound inside" if ci[0] <= bound <= ci[1] else "bound outside"
-        word += f"; 95% interval {ci[0]:.3f}-{ci[1]:.3f}, {inside}"
-    return f"{check['actual']} {word}"
+    return f"{check['actual']} {word}{gate.interval_note(check.get('interval'), float(check['target'].split()[-1]))}"
 
 
 def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png") -> str:

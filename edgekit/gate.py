@@ -94,9 +94,7 @@ def check(path, budgets: list, target: str = None) -> list:
             if not isinstance(measured.get(metric), (int, float)):
                 raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
                                    f"accuracy, bench for latency and memory) or drop that budget")
-            row = recipes.budget_row(metric, op, bound, measured[metric])
-            if measured.get(f"{metric}_interval"):  # the evaluate stage's 95% interval of accuracy_retained
-                row["interval"] = measured[f"{metric}_interval"]
+            row = recipes.budget_row(metric, op, bound, measured[metric], measured.get(f"{metric}_interval"))
             rows.append(row if name is None else dict(row, artifact=name))
     return rows
 

@@ -358,8 +358,8 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
 
 
 def check_budgets(budgets: dict, metrics: dict) -> list:
-    return [recipes.budget_row(metric, *recipes.parse_bound(bound), metrics.get(metric))
-            for metric, bound in budgets.items()]
+    return [recipes.budget_row(metric, *recipes.parse_bound(bound), metrics.get(metric),
+                               metrics.get(f"{metric}_interval")) for metric, bound in budgets.items()]
 
 
 def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:

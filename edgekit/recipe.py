@@ -172,11 +172,13 @@ def parse_bound(bound):
     return None
 
 
-def budget_row(metric: str, op: str, bound: float, actual) -> dict:
-    """One budget checked: an unmeasured metric (None) never holds."""
+def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dict:
+    """One budget checked: an unmeasured metric (None) never holds. `interval`: the metric's 95% interval where one
+    was measured (the evaluate stage's, for accuracy_retained), carried on the row for the reports."""
     ok = actual is not None and {"<=": actual <= bound, ">=": actual >= bound, "<": actual < bound,
                                  ">": actual > bound}[op]
-    return {"metric": metric, "op": op, "target": bound, "actual": actual, "ok": bool(ok)}
+    row = {"metric": metric, "op": op, "target": bound, "actual": actual, "ok": bool(ok)}
+    return dict(row, interval=interval) if interval else row
 
 
 def _bind(section: str, fn, settings: dict, skip=()) -> list:

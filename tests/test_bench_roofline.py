@@ -59,8 +59,8 @@ def test_kept_interval_is_paired_and_says_whether_the_bound_is_inside():
     row = {"retained": 0.875, "retained_ci": [low, high]}
     check, = headline.checks("edge-small", row)[2:3]  # size, p50, retained: the third target
     assert check["interval"] == [low, high] and not check["met"]
-    assert headline.verdict(check).endswith("bound outside")
+    assert headline.verdict(check).endswith("bound outside)")
     near = dict(check, interval=[0.95, 0.99])  # a miss inside the noise says so
     assert headline.verdict(near).startswith("0.875 MISSED (0.0950 short)")
-    assert headline.verdict(near).endswith("bound inside")
+    assert headline.verdict(near).endswith("bound inside)")
     assert headline.verdict(dict(check, interval=None)) == "0.875 MISSED (0.0950 short)"  # results from before

@@ -40,6 +40,8 @@ def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_p
     assert low <= final["accuracy_retained"] <= high
     assert f"retained {final['accuracy_retained']} (95% interval {low}-{high})" in cli.summary(m)
     assert gate.interval_note([low, high], 2.0).endswith(", bound outside)")
+    row, = pipeline.check_budgets({"accuracy_retained": ">= 2"}, final)  # the budget row carries the interval
+    assert row["interval"] == [low, high] and not row["ok"]
     assert gate.interval_note(final.get("size_mb_interval"), 100.0) == ""  # only the evaluate stage measures one
 
 
