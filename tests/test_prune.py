@@ -32,6 +32,15 @@ def test_global_scope_keeps_at_least_one_head_everywhere():
     assert all(c >= 1 for c in counts) and sum(counts) >= 4
 
 
+def test_ffn_widths_round_up_to_a_multiple_of_the_kernel_tile_where_that_still_prunes():
+    wide = [torch.rand(1536), torch.rand(1536)]
+    assert prune.keep_counts(wide, 0.35, 1536, "layer") == [538, 538]
+    assert prune.keep_counts(wide, 0.35, 1536, "layer", multiple=64) == [576, 576]
+    assert prune.keep_counts(wide, 0.98, 1536, "layer", multiple=64) == [1505, 1505]  # 1536 would prune nothing
+    assert prune.keep_counts(wide, 0.35, 1536, "global", multiple=64) == [576, 576]
+    assert prune.keep_counts([torch.rand(64)] * 2, 0.5, 64, "layer", multiple=64) == [32, 32]  # tiny: the fraction
+
+
 def test_iterative_prune_with_recovery_saves_reloads_and_exports(model_dir, ctx, tmp_path):
     out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, ffn_keep=0.5, steps=2,
                     recover_epochs=1.0, lr=1e-3, batch_size=16, importance_batches=4, vocab=True)
@@ -86,6 +95,7 @@ def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model
     ({"importance": "taylor"}, "importance is gradient or magnitude"),
     ({"steps": 0}, "steps >= 1"),
     ({"heads_per_layer": 5}, "this model has 4 heads per layer; give 1..4"),
+    ({"ffn_multiple": 0}, "ffn_multiple=0: give a whole number >= 1"),
 ])
 def test_bad_prune_settings(model_dir, ctx, tmp_path, settings, message):
     with pytest.raises(EdgekitError, match=message):

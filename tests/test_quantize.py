@@ -205,6 +205,49 @@ def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, m
         assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.parametrize("family, expected", [("bert", ["fused_qkv", "additive_mask"]),
+                                              ("distilbert", ["additive_mask"])])
+def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
+    import torch
+
+    from edgekit import families
+    from edgekit.testing import make_model_dir
+
+    model = families.load_model(make_model_dir(tmp_path / family, family)).eval()
+    with torch.no_grad():  # weights 20x their init scale: padding then moves the logits by about 1, not 1e-3
+        for p in model.parameters():
+            p.mul_(20 if p.dim() > 1 else 1)
+    wrapper, applied = export.tflite_graph(model)
+    assert applied == expected
+    if family == "bert":
+        assert wrapper.model.bert.encoder.layer[0].attention.self.qkv.out_features == 3 * 32
+    ids = torch.randint(5, 70, (3, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 7:], mask[2, 3:] = 0, 0  # padding the check sample did not have
+    with torch.no_grad():
+        plain = export._Logits(model, int32=True)(ids.int(), mask.int())
+        assert torch.allclose(wrapper(ids.int(), mask.int()), plain, atol=1e-4)
+        assert (wrapper(ids.int(), torch.ones_like(mask).int()) - plain).abs().max() > 0.1  # the mask is used
+
+
+def test_a_tflite_rewrite_that_changes_the_logits_is_dropped(tmp_path, model_dir, monkeypatch):
+    import torch
+
+    from edgekit import families
+
+    fuse = export.fuse_qkv
+
+    def wrong(model):
+        model = fuse(model)
+        with torch.no_grad():
+            model.classifier.bias += 0.01
+        return model
+
+    monkeypatch.setattr(export, "fuse_qkv", wrong)
+    wrapper, applied = export.tflite_graph(families.load_model(model_dir).eval())
+    assert applied == ["additive_mask"] and hasattr(wrapper.model.bert.encoder.layer[0].attention.self, "query")
+
+
 def test_token_types_are_folded_into_positions_for_tflite_with_the_same_logits(model_dir):
     import torch
     from transformers import AutoModelForSequenceClassification

@@ -13,7 +13,8 @@ from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
 EXPORTERS = ("torchscript", "dynamo")
-REVISION = 2  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+REVISION = 3  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+# 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see tflite_graph
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", exporter: str = "torchscript",
@@ -73,9 +74,9 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
         to_onnx(model, sample, path, exporter, opset, max_length)
     elif format == "tflite":
         path = out_dir / "model.tflite"
-        to_tflite(model, path, buckets)
+        rewrites = to_tflite(model, path, buckets, sample)
         inputs = [{"name": n, "dtype": "int32", "shape": [1, "bucket"]} for n in ("args_0", "args_1")]
-        extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}}
+        extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}, "graph_rewrites": rewrites}
     else:
         path = out_dir / "model.pt"
         to_torchscript(model, sample, path)
@@ -90,15 +91,15 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
 
-def to_tflite(model, path: Path, buckets: list) -> None:
-    """One .tflite file with a signature `seqN` per bucket N (batch 1, int32 inputs); weights are shared."""
+def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None) -> list:
+    """One .tflite file with a signature `seqN` per bucket N (batch 1, int32 inputs); weights are shared.
+    Returns the graph rewrites applied (see tflite_graph), checked on `sample` (token ids and a mask with padding;
+    by default random ids, the second row half padded)."""
     try:
         import litert_torch
     except ImportError:
         raise EdgekitError("TFLite export needs litert-torch: pip install 'edgekit[tflite]'")
-    model = fold_token_types(model)
-    model.config._attn_implementation = "eager"
-    wrapper = _Logits(model, int32=True).eval()
+    wrapper, rewrites = tflite_graph(fold_token_types(model), sample)
     converter = None
     for b in buckets:
         args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))
@@ -109,6 +110,77 @@ def to_tflite(model, path: Path, buckets: list) -> None:
     tmp = path.with_suffix(".tflite.tmp")
     edge.export(str(tmp))
     os.replace(tmp, path)
+    return rewrites
+
+
+def tflite_graph(model, sample: tuple | None = None):
+    """The module TFLite converts, with the rewrites that make its graph cheaper on LiteRT's CPU path (XNNPACK),
+    each kept only if the logits on `sample` (padded token ids and masks) match the plain module's:
+    - `fused_qkv` (BERT, RoBERTa, ELECTRA): one Q|K|V projection per layer instead of three, the 1/sqrt(head_dim)
+      score scale folded into the Q rows. A dynamic-range FULLY_CONNECTED quantizes its input on every call, so
+      three projections of one input quantized it three times; and the score scale was a multiply over every
+      [heads, L, L] score.
+    - `additive_mask`: the 0/1 mask turned into the additive one here, as a [1, 1, 1, L] multiply, instead of the
+      integer compare / select / gather ops transformers builds it from, which LiteRT runs in its reference kernels.
+    Measured on edge-small's pruned student, 1 x 128 tokens, 1 thread: 1.967 -> 1.883 ms (-4.3%); edge-base's:
+    5.229 -> 5.096 ms (-2.5%)."""
+    model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul, with an additive float mask
+    if sample is None:
+        ids = torch.randint(5, min(100, model.config.vocab_size), (2, 8), generator=torch.Generator().manual_seed(0))
+        mask = torch.ones_like(ids)
+        mask[1, 4:] = 0
+        sample = (ids, mask)
+    ids, mask = (t.int() for t in sample)
+    with torch.no_grad():
+        want = _Logits(model, int32=True).eval()(ids, mask)
+
+    def agrees(wrapper) -> bool:
+        with torch.no_grad():
+            return torch.allclose(wrapper.eval()(ids, mask), want, atol=1e-4, rtol=1e-4)
+
+    wrapper, applied = _Logits(model, int32=True), []
+    fused = fuse_qkv(copy.deepcopy(model))
+    if fused is not None and agrees(_Logits(fused, int32=True)):
+        wrapper, applied = _Logits(fused, int32=True), ["fused_qkv"]
+    if agrees(_Logits(wrapper.model, int32=True, additive_mask=True)):
+        wrapper, applied = _Logits(wrapper.model, int32=True, additive_mask=True), applied + ["additive_mask"]
+    return wrapper.eval(), applied
+
+
+def fuse_qkv(model):
+    """`model` with each BERT-style self-attention's query, key and value merged into one Linear (None if the
+    family has no such module). The forward is transformers' eager attention, written for the merged projection."""
+    fam = families.FAMILIES.get(model.config.model_type, {})
+    if not fam.get("q", "").startswith("attention.self."):
+        return None
+    for block in families.layers(model):
+        att = block.get_submodule("attention.self")
+        q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
+        qkv = torch.nn.Linear(q.in_features, q.out_features + k.out_features + v.out_features)
+        with torch.no_grad():
+            qkv.weight.copy_(torch.cat([q.weight * scale, k.weight, v.weight]))
+            qkv.bias.copy_(torch.cat([q.bias * scale, k.bias, v.bias]))
+        block.attention.self = _FusedSelfAttention(qkv, q.out_features // att.attention_head_size,
+                                                   att.attention_head_size)
+    return model
+
+
+class _FusedSelfAttention(torch.nn.Module):
+    def __init__(self, qkv, heads: int, head_dim: int):
+        super().__init__()
+        self.qkv, self.heads, self.head_dim = qkv, heads, head_dim
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        b, n, _ = hidden_states.shape
+        q, k, v = self.qkv(hidden_states).split(self.heads * self.head_dim, dim=-1)
+        q = q.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, n, self.heads, self.head_dim).permute(0, 2, 3, 1)
+        v = v.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        scores = torch.matmul(q, k)
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        context = torch.matmul(torch.softmax(scores, dim=-1), v)
+        return context.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), None
 
 
 def fold_token_types(model):
@@ -161,14 +233,17 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
 class _Logits(torch.nn.Module):
     """Inputs by position, logits out: the graph ONNX and the device runtimes see. TFLite runtimes feed int32 ids."""
 
-    def __init__(self, model, int32: bool = False):
+    def __init__(self, model, int32: bool = False, additive_mask: bool = False):
         super().__init__()
         self.model = model
         self.int32 = int32
+        self.additive_mask = additive_mask
 
     def forward(self, input_ids, attention_mask):
         if self.int32:
             input_ids, attention_mask = input_ids.long(), attention_mask.long()
+        if self.additive_mask:  # [batch, 1, 1, L]: 0 where attended, the lowest float where padded
+            attention_mask = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
 

@@ -22,7 +22,7 @@ REVISION = 2  # 2: word pieces outside the kept vocabulary read as [UNK] (they r
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
         heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
-        importance_batches: int = 32,
+        importance_batches: int = 32, ffn_multiple: int = 64,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
@@ -30,6 +30,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                            f"a layer always keeps at least one head")
     if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
         raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
+    if not isinstance(ffn_multiple, int) or ffn_multiple < 1:
+        raise EdgekitError(f"prune.ffn_multiple={ffn_multiple!r}: give a whole number >= 1 (1 keeps the exact fraction)")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
@@ -52,7 +54,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
             continue
         scores = gradient_importance(model, encoded, tokenizer.pad_token_id, importance_batches, batch_size) \
             if importance == "gradient" else None
-        shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope)
+        shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope,
+                             ffn_multiple)
         if teacher is not None:
             recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
@@ -148,26 +151,33 @@ def magnitude_importance(model) -> dict:
     return {"heads": heads, "ffn": neurons}
 
 
-def keep_counts(scores: list, fraction: float, original: int, scope: str) -> list:
+def keep_counts(scores: list, fraction: float, original: int, scope: str, multiple: int = 1) -> list:
     """How many units each layer keeps: `fraction` of the original count, per layer or ranked globally
-    (scores normalised per layer, as Michel et al. do), never fewer than one."""
+    (scores normalised per layer, as Michel et al. do), never fewer than one; then rounded up to a multiple of
+    `multiple` where that still keeps fewer than the layer has."""
     total = max(1, round(original * fraction))
     if scope == "layer":
-        return [min(len(s), total) for s in scores]
-    normed = [s / (s.norm() + 1e-12) for s in scores]
-    flat = torch.cat(normed)
-    budget = min(len(flat), total * len(scores))
-    threshold = flat.topk(budget).values.min()
-    return [max(1, min(len(s), int((s >= threshold).sum()))) for s in normed]
+        counts = [min(len(s), total) for s in scores]
+    else:
+        normed = [s / (s.norm() + 1e-12) for s in scores]
+        flat = torch.cat(normed)
+        threshold = flat.topk(min(len(flat), total * len(scores))).values.min()
+        counts = [max(1, min(len(s), int((s >= threshold).sum()))) for s in normed]
+    rounded = [-(-n // multiple) * multiple for n in counts]
+    return [r if r < len(s) else n for n, r, s in zip(counts, rounded, scores)]
 
 
-def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, scope: str = "layer") -> dict:
-    """Keep the most important heads and FFN neurons of every layer (fractions of the original config)."""
+def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, scope: str = "layer",
+                ffn_multiple: int = 1) -> dict:
+    """Keep the most important heads and FFN neurons of every layer (fractions of the original config). FFN
+    widths round up to a multiple of `ffn_multiple`: INT8 GEMM kernels work in column tiles (XNNPACK's AVX512-VNNI
+    kernel is 5 x 64), and a width that is not a multiple of the tile pays for the tile's padding anyway (measured
+    on edge-small's TFLite file: 538 -> 576 neurons, 7% more FLOPs, 1.3% more time)."""
     fam = families.family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     scores = scores or magnitude_importance(model)
     n_heads = keep_counts(scores["heads"], heads_keep, model.config.num_attention_heads, scope)
-    n_ffn = keep_counts(scores["ffn"], ffn_keep, families.ffn_size(model.config), scope)
+    n_ffn = keep_counts(scores["ffn"], ffn_keep, families.ffn_size(model.config), scope, ffn_multiple)
     shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, heads=[], ffn=[])
     for block, head_score, ffn_score, h, f in zip(families.layers(model), scores["heads"], scores["ffn"], n_heads, n_ffn):
         heads = sorted(head_score.topk(h).indices.tolist())
