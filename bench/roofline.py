@@ -3,6 +3,10 @@ artifacts and of its peer (the teacher's ONNX Runtime dynamic INT8) at 1 x 128 t
 kind of work. The INT8 GEMMs' own speed is set against the measured peak (bench/headline.py's), so the ratio
 they alone leave shows what removing every other op could at best reach.
 
+The final TFLite files get the same ratio, and, where Linux `perf` can sample this process, the same split from
+the CPU time per LiteRT / XNNPACK kernel (the Python interpreter has no per-op timing); without perf that table
+says so and the ratio alone is kept.
+
     python bench/headline.py artifacts/edge-base artifacts/edge-small   # first: it builds the peers
     python bench/roofline.py artifacts/edge-base artifacts/edge-small [--rounds 5] [--runs 100]
 
@@ -10,6 +14,9 @@ Writes bench/results/roofline.json and bench/results/roofline.md.
 """
 import argparse
 import json
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +41,17 @@ GROUPS = {  # ONNX Runtime CPU kernels (after its graph fusions) -> the kind of 
                                          "Flatten", "Shape", "Gather", "GatherElements", "Range"),
 }
 GEMM_GROUPS = ("INT8 GEMM (incl. activation quantization)", "FP32 GEMM")
+TFLITE_GROUPS = {  # LiteRT CPU kernels (XNNPACK's, and LiteRT's own for the ops it keeps) -> the kind of work
+    "INT8 GEMM": r"qd8_f32_qc8w_.*gemm|qs8_qc8w_.*gemm|qd8_.*gemm",
+    "activation quantization": r"pack_lh|qdu8|rminmax|f32_q[su]8_vcvt",
+    "FP32 GEMM (attention)": r"f32_gemm|f32_igemm|packw_gemm",
+    "softmax": r"raddstoreexp|softmax|f32_rmax",
+    "GELU": r"vgelu",
+    "elementwise (LayerNorm, residual, mask)": r"f32_v(add|mul|sub|sqrdiff|rsqrt|div)|f32_rsum|reciprocal",
+    "layout (transpose, reshape, copy)": r"transpose|memmove|memcpy",
+    "embedding lookup": r"embedding_lookup",
+}
+TFLITE_GEMMS = ("INT8 GEMM", "activation quantization", "FP32 GEMM (attention)")
 
 
 def main(argv=None):
@@ -44,13 +62,18 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=Path("bench/results/roofline.json"))
     a = ap.parse_args(argv)
     todo = [m for run in a.runs for m in models(run)]
+    lite = [m for run in a.runs for m in tflite_models(run)]
     sessions = [session(model) for _, model, _ in todo]
+    lite_runs = [tflite_runner(model) for _, model, _ in lite]
     flops = [headline.gemm_flops(graph) for _, _, graph in todo]
-    p50s, peaks = [[] for _ in todo], []
+    lite_flops = [headline.gemm_flops(graph) for _, _, graph in lite]
+    p50s, lite_p50s, peaks = [[] for _ in todo], [[] for _ in lite], []
     for r in range(a.rounds):  # the peak is measured in every round: a slow spell on the VM hits both sides
         peaks.append(headline.gemm_peak()["measured_gops"])
         for s, out in zip(sessions, p50s):
             out.append(p50_ms(s, a.timed))
+        for fn, out in zip(lite_runs, lite_p50s):
+            out.append(float(np.median(latency.timed(fn, a.timed, warmup=10))))
         print(f"round {r + 1}/{a.rounds}: peak {peaks[-1]} GOPS", file=sys.stderr)
     rows = []
     for (label, model, _), f, p in zip(todo, flops, p50s):
@@ -59,9 +82,16 @@ def main(argv=None):
         rows.append({**profiles[len(profiles) // 2], "p50_ms": round(float(np.median(p)), 3),  # the median profile
                      "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
                      "profiled_ratios": [x["profile"]["ratio"] for x in profiles]})
+    lite_rows = []
+    for (label, model, _), f, p in zip(lite, lite_flops, lite_p50s):
+        p50, peak = float(np.median(p)), float(np.median(peaks))
+        lite_rows.append({"model": label, "path": str(model), "gemm_gflop_128": round(f / 1e9, 3),
+                          "p50_ms": round(p50, 3), "roofline_ms": round(f / peak / 1e6, 3),
+                          "roofline_ratio": headline.roofline_ratio(p, peaks, f),
+                          "groups_ms": tflite_split(model, p50, 5 * a.timed)})
     result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(),
               "json": str(a.out), "peak_gops_by_round": peaks, "rounds": a.rounds, "runs_per_round": a.timed,
-              "rows": rows}
+              "rows": rows, "tflite_rows": lite_rows}
     write_json(a.out, result)
     a.out.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
@@ -79,6 +109,59 @@ def models(run: Path) -> list:
     return [(f"{name}: peer (teacher ORT dynamic INT8)", peer, teacher)] + [
         (f"{name}: edgekit {names}", Path(art.path), Path(fp32))
         for names, art in headline.distinct_finals(manifest, run) if art.kind == "onnx"]
+
+
+def tflite_models(run: Path) -> list:
+    """(label, .tflite file, its FP32 ONNX graph for the FLOP count) for every final TFLite artifact of `run`."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    export = Artifact.from_json(next(s for s in manifest["stages"] if s["name"] == "export")["output"], run).all()
+    if "onnx" not in export:
+        return []
+    return [(f"{manifest['recipe']['name']}: edgekit {names}", Path(art.path), Path(export["onnx"].path))
+            for names, art in headline.distinct_finals(manifest, run) if art.kind == "tflite"]
+
+
+def tflite_runner(model: Path):
+    """One thread, the 128-token signature, all ids 5 and no padding (timing ignores ids)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    meta = json.loads((model.parent / "model.json").read_text())
+    run = Interpreter(str(model), num_threads=1).get_signature_runner(meta["signatures"]["128"])
+    feed = {meta["inputs"][0]["name"]: np.full((1, 128), 5, np.int32),
+            meta["inputs"][1]["name"]: np.ones((1, 128), np.int32)}
+    return lambda: run(**feed)
+
+
+def tflite_split(model: Path, p50: float, runs: int) -> dict | None:
+    """The p50 split by kind of work: `perf` samples a clean process running `model` (edgekit.latency) and each
+    group's share of the samples in LiteRT's kernels (and the copies they call) is scaled to `p50`. None where
+    perf is missing or may not sample."""
+    if shutil.which("perf") is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        recorded = subprocess.run(["perf", "record", "-q", "-F", "4000", "-o", f"{tmp}/perf.data", "--",
+                                   sys.executable, "-m", "edgekit.latency", str(model), "--runs", str(runs)],
+                                  capture_output=True, text=True)
+        if recorded.returncode != 0:
+            return None
+        report = subprocess.run(["perf", "report", "-i", f"{tmp}/perf.data", "--no-children", "--sort", "dso,sym",
+                                 "--stdio"], capture_output=True, text=True).stdout
+    shares = kernel_shares(report)
+    total = sum(shares.values())
+    return {g: round(p50 * v / total, 3) for g, v in shares.items()} if total else None
+
+
+def kernel_shares(report: str) -> dict:
+    """`perf report --sort dso,sym --stdio` -> percent of samples per TFLITE_GROUPS group (plus `other`), counting
+    LiteRT's libraries and the libc copies their ops call; Python, numpy and the tokenizer are left out."""
+    shares = {g: 0.0 for g in list(TFLITE_GROUPS) + ["other"]}
+    for line in report.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[.\]\s+(.+?)\s*$", line)
+        if not m or not ("litert" in m[2].lower() or re.search(r"memmove|memcpy", m[3])):
+            continue
+        group = next((g for g, pattern in TFLITE_GROUPS.items() if re.search(pattern, m[3])), "other")
+        shares[group] += float(m[1])
+    return shares
 
 
 def session(model: Path, profiling: bool = False, prefix: str = ""):
@@ -158,6 +241,32 @@ def markdown(result: dict) -> str:
                      f"({100 * p['gemm_share_of_peak']:.0f}%) | {p['ratio_if_only_gemms']:.2f} | "
                      f"{p['ratio_of_the_rest']:.2f} |"
                      + "".join(f" {g[n]:.2f} |" for n in names[1:]))
+    return "\n".join(lines) + "\n" + tflite_markdown(result.get("tflite_rows", []))
+
+
+def tflite_markdown(rows: list) -> str:
+    if not rows:
+        return ""
+    names = list(TFLITE_GROUPS) + ["other"]
+    lines = ["", "## TFLite files (LiteRT, XNNPACK)", "",
+             "Timed in the same rounds against the same peaks (the 128-token signature, no padding). The split is "
+             "`perf`'s CPU samples per LiteRT / XNNPACK kernel in a clean process running the file, each kind's "
+             "share scaled to the p50 (ms below); LayerNorm, the residual and bias adds and the attention mask "
+             "run in the same elementwise kernels, so they share a column; `other` is XNNPACK's dispatch and, once per "
+             "process, its weight packing. `GEMMs alone` = INT8 GEMM, its "
+             "activation quantization and the FP32 attention GEMMs / roofline.", "",
+             "| model | p50 ms | x roofline | roofline ms | GEMMs alone | the rest |" + "".join(f" {n} |" for n in names),
+             "|---|---:|---:|---:|---:|---:|" + "---:|" * len(names)]
+    for r in rows:
+        g = r["groups_ms"]
+        if g is None:
+            lines.append(f"| {r['model']} | {r['p50_ms']:.2f} | {r['roofline_ratio']:.2f} | {r['roofline_ms']:.2f} | "
+                         f"no split: perf is missing or may not sample here |" + " |" * (len(names) + 1))
+            continue
+        gemms = sum(g[n] for n in TFLITE_GEMMS)
+        lines.append(f"| {r['model']} | {r['p50_ms']:.2f} | {r['roofline_ratio']:.2f} | {r['roofline_ms']:.2f} | "
+                     f"{gemms / r['roofline_ms']:.2f} | {(r['p50_ms'] - gemms) / r['roofline_ms']:.2f} |"
+                     + "".join(f" {g[n]:.2f} |" for n in names))
     return "\n".join(lines) + "\n"
 
 

@@ -64,3 +64,39 @@ def test_kept_interval_is_paired_and_says_whether_the_bound_is_inside():
     assert headline.verdict(near).startswith("0.875 MISSED (0.0950 short)")
     assert headline.verdict(near).endswith("bound inside)")
     assert headline.verdict(dict(check, interval=None)) == "0.875 MISSED (0.0950 short)"  # results from before
+
+
+def test_the_peak_is_measured_before_every_round_and_each_round_is_set_against_its_own(monkeypatch):
+    from edgekit.stages import bench
+
+    calls = []
+
+    def fake(path, **options):
+        calls.append(path)
+        return {"fixed": {"p50": float(len(calls))}, "sentences": {"p50": 1.0}, "peak_rss_mb": 1.0}
+
+    monkeypatch.setattr(bench, "measure", fake)
+    out = bench.measure_interleaved(["a", "b"], rounds=3, before_round=lambda: calls.append("peak"))
+    assert calls == ["peak", "a", "b"] * 3 and out[1]["fixed_p50_by_round"] == [3.0, 6.0, 9.0]
+    # 1 GFLOP: 2 ms at 500 GOPS is 1.0x, 3 ms at 500 is 1.5x, 3 ms at 400 is 1.2x -> the median, 1.2x
+    assert roofline.headline.roofline_ratio([2.0, 3.0, 3.0], [500, 500, 400], 10 ** 9) == 1.2
+
+
+def test_perf_samples_of_litert_kernels_are_grouped_by_the_kind_of_work():
+    report = """# Samples: 12K of event 'cycles:P'
+    50.00%  libpywrap_litert_common.so   [.] xnn_qd8_f32_qc8w_gemm_minmax_ukernel_5x64c4__asm_amd64_avx512vnni
+    10.00%  libpywrap_litert_common.so   [.] xnn_f32_gemm_minmax_ukernel_7x32__avx512f_broadcast
+     4.00%  libpywrap_litert_common.so   [.] xnn_f32_vadd_ukernel__avx512f_u32
+     2.00%  libpywrap_litert_common.so   [.] xnn_f32_rminmax_ukernel__avx512f_u64_acc4
+     1.00%  libc.so.6                    [.] __memmove_avx512_unaligned_erms
+     1.00%  libpywrap_litert_common.so   [.] xnn_run_operator_with_index
+    30.00%  libpython3.11.so.1.0         [.] _PyEval_EvalFrameDefault
+     2.00%  libc.so.6                    [.] malloc
+"""
+    shares = roofline.kernel_shares(report)
+    assert shares["INT8 GEMM"] == 50 and shares["FP32 GEMM (attention)"] == 10 and shares["other"] == 1
+    assert shares["activation quantization"] == 2 and shares["layout (transpose, reshape, copy)"] == 1
+    assert sum(shares.values()) == 68  # Python and malloc are not the model's work
+    text = roofline.tflite_markdown([{"model": "tiny: edgekit x86-tflite", "p50_ms": 2.0, "roofline_ratio": 1.6,
+                                      "roofline_ms": 1.25, "groups_ms": {g: 2.0 * v / 68 for g, v in shares.items()}}])
+    assert "| tiny: edgekit x86-tflite | 2.00 | 1.60 | 1.25 | 1.46 | 0.14 |" in text  # (50 + 2 + 10) / 68 of 2 ms

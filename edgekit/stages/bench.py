@@ -42,13 +42,16 @@ def measure(model_path, **options) -> dict:
     return json.loads(done.stdout)
 
 
-def measure_interleaved(model_paths: list, rounds: int = 5, **options) -> list:
+def measure_interleaved(model_paths: list, rounds: int = 5, before_round=None, **options) -> list:
     """Measure several models in alternation, `rounds` times, and keep the median of each metric over rounds:
-    a busy neighbour or a frequency change then hits every model alike instead of one of them."""
+    a busy neighbour or a frequency change then hits every model alike instead of one of them. `before_round`
+    (no arguments) runs at the start of every round: a reference measured under the same conditions."""
     import statistics
 
     runs = [[] for _ in model_paths]
     for _ in range(rounds):
+        if before_round is not None:
+            before_round()
         for i, path in enumerate(model_paths):
             runs[i].append(measure(path, **options))
     merged = []
