@@ -14,8 +14,9 @@ XNNPACK runs its dynamic-range FULLY_CONNECTED here, so the faster engine sets i
 every latency round; `x roofline` is the median over rounds of that round's p50 against that round's peak (a slow
 spell then moves both; one peak taken before the runs once read 415 GOPS where the rounds after read 441-448). On
 VNNI CPUs the theoretical peak (clock x 2 vector ports x 64 or 32 multiply-adds x 2) is printed beside it. work =
-FLOPs of every MatMul/Gemm in the FP32 graph with shapes inferred for 1 x 128 tokens; roofline_ms = work / the
-median peak. Only GEMMs count:
+FLOPs of every MatMul/Gemm in the FP32 graph with shapes inferred for 1 x 128 tokens (for a .tflite file, of its
+own FULLY_CONNECTED and BATCH_MATMUL ops in the 128-token signature: its last layer may compute one row);
+roofline_ms = work / the median peak. Only GEMMs count:
 softmax, LayerNorm, GELU and the run-time quantization of activations are what the ratio charges the model for.
 
 Accuracy kept comes with a 95% paired bootstrap interval (the same resampled sentences for the artifact and the
@@ -114,7 +115,7 @@ def measure_run(run: Path, rounds: int, timed: int) -> dict:
     rows = []
     for (label, path, graph), lat in zip(models, latency):
         model = runtime.load(path)
-        flops = gemm_flops(graph) if graph else None
+        flops = tflite_flops(path) if Path(path).suffix == ".tflite" else gemm_flops(graph) if graph else None
         test_hits = evaluate.correct(model, ctx.splits.test, 1, True, label[:30])
         vader_hits = evaluate.correct(model, vader, 1, True, label[:24] + " vader")
         rows.append({"model": label, "path": str(path), "size_mb": size_mb(Artifact(path, model.kind)),
@@ -190,6 +191,26 @@ def gemm_flops(onnx_path) -> int:
             a, y = shapes[node.input[0]], shapes[node.output[0]]
             trans_a = any(at.name == "transA" and at.i for at in node.attribute)
             total += 2 * int(np.prod(y)) * (a[-2] if trans_a else a[-1])
+    return total
+
+
+def tflite_flops(path, signature: str = "seq128") -> int:
+    """2 * M * N * K summed over the FULLY_CONNECTED and BATCH_MATMUL ops of one signature of a .tflite file: the
+    work the file itself does (its export may drop rows the classifier never reads, which the ONNX graph keeps)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
+    graph = next((g for g in model.subgraphs if (g.name or b"").decode() == signature), model.subgraphs[-1])
+    ops = schema.BuiltinOperator
+    total = 0
+    for op in graph.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        kind = max(code.builtinCode, code.deprecatedBuiltinCode)
+        if kind not in (ops.FULLY_CONNECTED, ops.BATCH_MATMUL):
+            continue
+        a, y = graph.tensors[op.inputs[0]].shape, graph.tensors[op.outputs[0]].shape
+        adj_x = kind == ops.BATCH_MATMUL and op.builtinOptions is not None and op.builtinOptions.adjX
+        total += 2 * int(np.prod(y)) * int(a[-2] if adj_x else a[-1])
     return total
 
 

@@ -70,8 +70,8 @@ def peer_config() -> dict:
 
 def teacher_and_peer(ctx, work: Path) -> tuple:
     """The run's FP32 teacher in ONNX and its plain ONNX Runtime dynamic INT8, per-channel (the optimum-cli path for
-    this CPU: peer_config)."""
-    fp32 = export.run(ctx.teacher, work / "teacher-fp32", ctx, format="onnx")
+    this CPU: peer_config). The teacher is exported as transformers runs it: none of edgekit's graph rewrites."""
+    fp32 = export.run(ctx.teacher, work / "teacher-fp32", ctx, format="onnx", rewrites=False)
     return fp32, quantize.run(fp32, work / "teacher-int8", ctx, mode="dynamic", per_channel=True, fuse=False,
                               weights=peer_config()["weights"])
 

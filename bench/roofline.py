@@ -64,9 +64,9 @@ def main(argv=None):
     todo = [m for run in a.runs for m in models(run)]
     lite = [m for run in a.runs for m in tflite_models(run)]
     sessions = [session(model) for _, model, _ in todo]
-    lite_runs = [tflite_runner(model) for _, model, _ in lite]
+    lite_runs = [tflite_runner(model) for _, model in lite]
     flops = [headline.gemm_flops(graph) for _, _, graph in todo]
-    lite_flops = [headline.gemm_flops(graph) for _, _, graph in lite]
+    lite_flops = [headline.tflite_flops(model) for _, model in lite]
     p50s, lite_p50s, peaks = [[] for _ in todo], [[] for _ in lite], []
     for r in range(a.rounds):  # the peak is measured in every round: a slow spell on the VM hits both sides
         peaks.append(headline.gemm_peak()["measured_gops"])
@@ -83,7 +83,7 @@ def main(argv=None):
                      "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
                      "profiled_ratios": [x["profile"]["ratio"] for x in profiles]})
     lite_rows = []
-    for (label, model, _), f, p in zip(lite, lite_flops, lite_p50s):
+    for (label, model), f, p in zip(lite, lite_flops, lite_p50s):
         p50, peak = float(np.median(p)), float(np.median(peaks))
         lite_rows.append({"model": label, "path": str(model), "gemm_gflop_128": round(f / 1e9, 3),
                           "p50_ms": round(p50, 3), "roofline_ms": round(f / peak / 1e6, 3),
@@ -112,12 +112,9 @@ def models(run: Path) -> list:
 
 
 def tflite_models(run: Path) -> list:
-    """(label, .tflite file, its FP32 ONNX graph for the FLOP count) for every final TFLite artifact of `run`."""
+    """(label, .tflite file) for every final TFLite artifact of `run` (its FLOPs are counted in the file)."""
     manifest = json.loads((run / "manifest.json").read_text())
-    export = Artifact.from_json(next(s for s in manifest["stages"] if s["name"] == "export")["output"], run).all()
-    if "onnx" not in export:
-        return []
-    return [(f"{manifest['recipe']['name']}: edgekit {names}", Path(art.path), Path(export["onnx"].path))
+    return [(f"{manifest['recipe']['name']}: edgekit {names}", Path(art.path))
             for names, art in headline.distinct_finals(manifest, run) if art.kind == "tflite"]
 
 

@@ -205,7 +205,7 @@ def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, m
         assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
-@pytest.mark.parametrize("family, expected", [("bert", ["fused_qkv", "additive_mask"]),
+@pytest.mark.parametrize("family, expected", [("bert", ["first_token_last_layer", "fused_qkv", "additive_mask"]),
                                               ("distilbert", ["additive_mask"])])
 def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
     import torch
@@ -217,10 +217,13 @@ def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
     with torch.no_grad():  # weights 20x their init scale: padding then moves the logits by about 1, not 1e-3
         for p in model.parameters():
             p.mul_(20 if p.dim() > 1 else 1)
-    wrapper, applied = export.tflite_graph(model)
+    wrapper, applied = export.rewrite(model, int32=True)
     assert applied == expected
     if family == "bert":
         assert wrapper.model.bert.encoder.layer[0].attention.self.qkv.out_features == 3 * 32
+        with torch.no_grad():  # the last layer hands on one row: the one the pooler reads
+            ids = torch.randint(5, 70, (2, 9))
+            assert wrapper.model.bert(input_ids=ids).last_hidden_state.shape == (2, 1, 32)
     ids = torch.randint(5, 70, (3, 12), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     mask[1, 7:], mask[2, 3:] = 0, 0  # padding the check sample did not have
@@ -228,6 +231,29 @@ def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
         plain = export._Logits(model, int32=True)(ids.int(), mask.int())
         assert torch.allclose(wrapper(ids.int(), mask.int()), plain, atol=1e-4)
         assert (wrapper(ids.int(), torch.ones_like(mask).int()) - plain).abs().max() > 0.1  # the mask is used
+
+
+def test_onnx_export_computes_the_last_layer_for_the_first_token_at_any_batch_and_length(tmp_path, model_dir,
+                                                                                        csv_file):
+    import onnxruntime as ort
+    import torch
+
+    from edgekit import families
+
+    ctx = context(model_dir, csv_file)
+    files = {on: export.run(Artifact(model_dir, "hf"), tmp_path / str(on), ctx, format="onnx", check_sentences=8,
+                            rewrites=on).path for on in (True, False)}
+    assert json.loads((files[True].parent / "model.json").read_text())["graph_rewrites"] == ["first_token_last_layer"]
+    assert json.loads((files[False].parent / "model.json").read_text())["graph_rewrites"] == []
+    nodes = {on: len(onnx.load(str(f)).graph.node) for on, f in files.items()}
+    assert nodes[True] != nodes[False]
+    ids = torch.randint(5, 70, (3, 12), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 7:], mask[2, 3:] = 0, 0
+    with torch.no_grad():
+        want = families.load_model(model_dir).eval()(input_ids=ids, attention_mask=mask).logits.numpy()
+    got = ort.InferenceSession(str(files[True])).run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    assert np.abs(got - want).max() < 1e-5
 
 
 def test_a_tflite_rewrite_that_changes_the_logits_is_dropped(tmp_path, model_dir, monkeypatch):
@@ -243,9 +269,11 @@ def test_a_tflite_rewrite_that_changes_the_logits_is_dropped(tmp_path, model_dir
             model.classifier.bias += 0.01
         return model
 
-    monkeypatch.setattr(export, "fuse_qkv", wrong)
-    wrapper, applied = export.tflite_graph(families.load_model(model_dir).eval())
-    assert applied == ["additive_mask"] and hasattr(wrapper.model.bert.encoder.layer[0].attention.self, "query")
+    monkeypatch.setitem(export.REWRITE, "fused_qkv", wrong)
+    wrapper, applied = export.rewrite(families.load_model(model_dir).eval())
+    assert applied == ["first_token_last_layer", "additive_mask"]
+    assert hasattr(wrapper.model.bert.encoder.layer[0].attention.self, "query")
+    assert export.rewrite(families.load_model(model_dir).eval(), names=())[1] == []  # rewrites off: the plain model
 
 
 def test_token_types_are_folded_into_positions_for_tflite_with_the_same_logits(model_dir):

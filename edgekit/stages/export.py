@@ -13,13 +13,16 @@ from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
 EXPORTERS = ("torchscript", "dynamo")
-REVISION = 3  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
-# 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see tflite_graph
+REVISION = 4  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+# 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see rewrite
+# 4: and the last layer computes the first token's row alone (TFLite and ONNX)
+REWRITES = {"onnx": ("first_token_last_layer",),  # ONNX Runtime fuses its own attention from the plain pattern
+            "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", exporter: str = "torchscript",
         opset: int = 17, buckets: list | None = None, check_sentences: int = 200,
-        min_label_agreement: float = 0.99) -> Artifact:
+        min_label_agreement: float = 0.99, rewrites: bool = True) -> Artifact:
     """format: `auto` (what the recipe's targets run: ONNX for x86, ONNX and TFLite for arm64), one format or a list.
     `onnx` (dynamic batch and sequence), `tflite` (litert-torch; static shapes, so one signature per
     sequence bucket in one file with shared weights: the runtime picks the smallest bucket that fits; max_length
@@ -29,7 +32,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
     Several formats go into one folder each (`onnx/`, `tflite/`, ...), all named in the manifest.
     exporter (ONNX): `torchscript` (default) traces eager attention, the graph ONNX Runtime fuses into its
     Attention, EmbedLayerNormalization and SkipLayerNormalization kernels (measured: 1.36x faster INT8 than
-    `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse)."""
+    `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse).
+    rewrites: the exact graph rewrites of `rewrite` (the last layer computes the only row a classifier reads;
+    for TFLite also one Q|K|V projection and an additive mask), each kept only where the logits match the plain
+    model's; false exports the model as transformers runs it (bench/peers.py: the usual path)."""
     formats = targets.formats_for(ctx.targets, format)
     if exporter not in EXPORTERS:
         raise EdgekitError(f"export.exporter '{exporter}'; supported: {', '.join(EXPORTERS)}")
@@ -49,7 +55,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         folder = out_dir if len(formats) == 1 else out_dir / f
         runs_on = ",".join(t for t in ctx.targets if f in targets.TARGETS[t]["formats"])
         outputs[f] = export_one(model, tokenizer, folder, f, runs_on, exporter, opset, sorted(set(buckets)),
-                                ctx.max_length, str(artifact.path))
+                                ctx.max_length, str(artifact.path), rewrites)
         check = compare(reference, runtime.load(outputs[f].path), ctx.splits.test[:check_sentences])
         outputs[f].metrics.update(check, size_mb=size_mb(outputs[f]))
         if check["label_agreement"] < min_label_agreement:
@@ -61,7 +67,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
 
 
 def export_one(model, tokenizer, out_dir: Path, format: str, target: str, exporter: str, opset: int, buckets: list,
-               max_length: int, source: str) -> Artifact:
+               max_length: int, source: str, rewrites: bool = True) -> Artifact:
     """One FP32 export with its model.json sidecar and tokenizer.json beside it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
@@ -69,14 +75,17 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")]
     extra = {"exporter": exporter, "opset": opset,
              "onnxruntime": {"disabled_optimizers": runtime.ORT_DISABLED_OPTIMIZERS}} if format == "onnx" else {}
+    applied = []
     if format == "onnx":
         path = out_dir / "model.onnx"
-        to_onnx(model, sample, path, exporter, opset, max_length)
+        wrapper, applied = rewrite(model, sample, REWRITES["onnx"] if rewrites else ())
+        to_onnx(wrapper.model, sample, path, exporter, opset, max_length)
+        extra["graph_rewrites"] = applied
     elif format == "tflite":
         path = out_dir / "model.tflite"
-        rewrites = to_tflite(model, path, buckets, sample)
+        applied = to_tflite(model, path, buckets, sample, REWRITES["tflite"] if rewrites else ())
         inputs = [{"name": n, "dtype": "int32", "shape": [1, "bucket"]} for n in ("args_0", "args_1")]
-        extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}, "graph_rewrites": rewrites}
+        extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}, "graph_rewrites": applied}
     else:
         path = out_dir / "model.pt"
         to_torchscript(model, sample, path)
@@ -91,15 +100,15 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
 
-def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None) -> list:
+def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,
+              rewrites: tuple = REWRITES["tflite"]) -> list:
     """One .tflite file with a signature `seqN` per bucket N (batch 1, int32 inputs); weights are shared.
-    Returns the graph rewrites applied (see tflite_graph), checked on `sample` (token ids and a mask with padding;
-    by default random ids, the second row half padded)."""
+    Returns the graph rewrites applied (see `rewrite`), checked on `sample`."""
     try:
         import litert_torch
     except ImportError:
         raise EdgekitError("TFLite export needs litert-torch: pip install 'edgekit[tflite]'")
-    wrapper, rewrites = tflite_graph(fold_token_types(model), sample)
+    wrapper, applied = rewrite(fold_token_types(model), sample, rewrites, int32=True)
     converter = None
     for b in buckets:
         args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))
@@ -110,20 +119,24 @@ def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None) -> 
     tmp = path.with_suffix(".tflite.tmp")
     edge.export(str(tmp))
     os.replace(tmp, path)
-    return rewrites
+    return applied
 
 
-def tflite_graph(model, sample: tuple | None = None):
-    """The module TFLite converts, with the rewrites that make its graph cheaper on LiteRT's CPU path (XNNPACK),
-    each kept only if the logits on `sample` (padded token ids and masks) match the plain module's:
-    - `fused_qkv` (BERT, RoBERTa, ELECTRA): one Q|K|V projection per layer instead of three, the 1/sqrt(head_dim)
+def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"], int32: bool = False):
+    """(the module to export, the rewrites kept): `model` in eager attention with each rewrite in `names` tried in
+    turn and kept only if the logits on `sample` (token ids and a mask with padding; by default random ids, the
+    second row half padded) match the plain model's. All are exact up to float rounding:
+    - `first_token_last_layer` (BERT, RoBERTa, ELECTRA): the last layer computes the first token's output alone,
+      the only row the classifier reads ([CLS] / <s>): keys and values for every token, but the query, attention
+      output, LayerNorms and FFN for one row instead of L. edge-small (3 layers), 1 x 128 tokens, 1 thread: TFLite
+      1.96 -> 1.43 ms, ONNX 2.38 -> 1.73 ms.
+    - `fused_qkv` (same families; TFLite): one Q|K|V projection per layer instead of three, the 1/sqrt(head_dim)
       score scale folded into the Q rows. A dynamic-range FULLY_CONNECTED quantizes its input on every call, so
       three projections of one input quantized it three times; and the score scale was a multiply over every
       [heads, L, L] score.
-    - `additive_mask`: the 0/1 mask turned into the additive one here, as a [1, 1, 1, L] multiply, instead of the
-      integer compare / select / gather ops transformers builds it from, which LiteRT runs in its reference kernels.
-    Measured on edge-small's pruned student, 1 x 128 tokens, 1 thread: 1.967 -> 1.883 ms (-4.3%); edge-base's:
-    5.229 -> 5.096 ms (-2.5%)."""
+    - `additive_mask` (TFLite): the 0/1 mask turned into the additive one in the wrapper, a [1, 1, 1, L] multiply,
+      instead of the integer compare / select / gather ops transformers builds it from, which LiteRT runs in its
+      reference kernels. With `fused_qkv`: edge-small 1.967 -> 1.883 ms, edge-base 5.229 -> 5.096 ms."""
     model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul, with an additive float mask
     if sample is None:
         ids = torch.randint(5, min(100, model.config.vocab_size), (2, 8), generator=torch.Generator().manual_seed(0))
@@ -133,27 +146,26 @@ def tflite_graph(model, sample: tuple | None = None):
     ids, mask = (t.int() for t in sample)
     with torch.no_grad():
         want = _Logits(model, int32=True).eval()(ids, mask)
-
-    def agrees(wrapper) -> bool:
+    current, masked, applied = model, False, []
+    for name in names:
+        candidate = current if name == "additive_mask" else REWRITE[name](copy.deepcopy(current))
+        if candidate is None:
+            continue
+        trial = _Logits(candidate, int32=True, additive_mask=masked or name == "additive_mask").eval()
         with torch.no_grad():
-            return torch.allclose(wrapper.eval()(ids, mask), want, atol=1e-4, rtol=1e-4)
-
-    wrapper, applied = _Logits(model, int32=True), []
-    fused = fuse_qkv(copy.deepcopy(model))
-    if fused is not None and agrees(_Logits(fused, int32=True)):
-        wrapper, applied = _Logits(fused, int32=True), ["fused_qkv"]
-    if agrees(_Logits(wrapper.model, int32=True, additive_mask=True)):
-        wrapper, applied = _Logits(wrapper.model, int32=True, additive_mask=True), applied + ["additive_mask"]
-    return wrapper.eval(), applied
+            if torch.allclose(trial(ids, mask), want, atol=1e-4, rtol=1e-4):
+                current, masked, applied = candidate, trial.additive_mask, applied + [name]
+    return _Logits(current, int32=int32, additive_mask=masked).eval(), applied
 
 
 def fuse_qkv(model):
     """`model` with each BERT-style self-attention's query, key and value merged into one Linear (None if the
     family has no such module). The forward is transformers' eager attention, written for the merged projection."""
-    fam = families.FAMILIES.get(model.config.model_type, {})
-    if not fam.get("q", "").startswith("attention.self."):
+    if not bert_like(model):
         return None
     for block in families.layers(model):
+        if isinstance(block, _FirstTokenLayer):
+            continue
         att = block.get_submodule("attention.self")
         q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
         qkv = torch.nn.Linear(q.in_features, q.out_features + k.out_features + v.out_features)
@@ -163,6 +175,55 @@ def fuse_qkv(model):
         block.attention.self = _FusedSelfAttention(qkv, q.out_features // att.attention_head_size,
                                                    att.attention_head_size)
     return model
+
+
+def bert_like(model) -> bool:
+    """Layers laid out as transformers' BERT (attention.self.query ...): BERT, RoBERTa, ELECTRA."""
+    return families.FAMILIES.get(model.config.model_type, {}).get("q", "").startswith("attention.self.")
+
+
+def first_token_tail(model):
+    """`model` whose last layer returns only the first token's hidden state (None if not BERT-like)."""
+    if not bert_like(model):
+        return None
+    layers = families.layers(model)
+    layers[len(layers) - 1] = _FirstTokenLayer(layers[len(layers) - 1])
+    return model
+
+
+class _FirstTokenLayer(torch.nn.Module):
+    """A BERT-style layer that computes the first token's output only: [b, L, d] -> [b, 1, d]. The query carries
+    the 1/sqrt(head_dim) score scale; key and value are one projection."""
+
+    def __init__(self, layer):
+        super().__init__()
+        att = layer.attention.self
+        q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
+        self.heads, self.head_dim = q.out_features // att.attention_head_size, att.attention_head_size
+        self.q, self.kv = torch.nn.Linear(q.in_features, q.out_features), torch.nn.Linear(k.in_features, 2 * k.out_features)
+        with torch.no_grad():
+            self.q.weight.copy_(q.weight * scale)
+            self.q.bias.copy_(q.bias * scale)
+            self.kv.weight.copy_(torch.cat([k.weight, v.weight]))
+            self.kv.bias.copy_(torch.cat([k.bias, v.bias]))
+        self.attention_output, self.intermediate, self.output = layer.attention.output, layer.intermediate, layer.output
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        b, n, _ = hidden_states.shape
+        first = hidden_states[:, :1]
+        q = self.q(first).view(b, 1, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(hidden_states).split(self.heads * self.head_dim, dim=-1)
+        k = k.view(b, n, self.heads, self.head_dim).permute(0, 2, 3, 1)
+        v = v.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        scores = torch.matmul(q, k)
+        if attention_mask is not None:  # [b, 1, 1 or L, L]: the first query's row
+            scores = scores + attention_mask[:, :, :1]
+        context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, 1, -1)
+        attended = self.attention_output(context, first)
+        return self.output(self.intermediate(attended), attended)
+
+
+REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv}
 
 
 class _FusedSelfAttention(torch.nn.Module):
