@@ -172,8 +172,7 @@ def fuse_qkv(model):
         with torch.no_grad():
             qkv.weight.copy_(torch.cat([q.weight * scale, k.weight, v.weight]))
             qkv.bias.copy_(torch.cat([q.bias * scale, k.bias, v.bias]))
-        block.attention.self = _FusedSelfAttention(qkv, q.out_features // att.attention_head_size,
-                                                   att.attention_head_size)
+        block.attention.self = _FusedSelfAttention(qkv, q.out_features // att.attention_head_size)
     return model
 
 
@@ -199,7 +198,7 @@ class _FirstTokenLayer(torch.nn.Module):
         super().__init__()
         att = layer.attention.self
         q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
-        self.heads, self.head_dim = q.out_features // att.attention_head_size, att.attention_head_size
+        self.heads = q.out_features // att.attention_head_size
         self.q, self.kv = torch.nn.Linear(q.in_features, q.out_features), torch.nn.Linear(k.in_features, 2 * k.out_features)
         with torch.no_grad():
             self.q.weight.copy_(q.weight * scale)
@@ -209,17 +208,9 @@ class _FirstTokenLayer(torch.nn.Module):
         self.attention_output, self.intermediate, self.output = layer.attention.output, layer.intermediate, layer.output
 
     def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
-        b, n, _ = hidden_states.shape
         first = hidden_states[:, :1]
-        q = self.q(first).view(b, 1, self.heads, self.head_dim).transpose(1, 2)
-        k, v = self.kv(hidden_states).split(self.heads * self.head_dim, dim=-1)
-        k = k.view(b, n, self.heads, self.head_dim).permute(0, 2, 3, 1)
-        v = v.view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        scores = torch.matmul(q, k)
-        if attention_mask is not None:  # [b, 1, 1 or L, L]: the first query's row
-            scores = scores + attention_mask[:, :, :1]
-        context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, 1, -1)
-        attended = self.attention_output(context, first)
+        k, v = self.kv(hidden_states).chunk(2, dim=-1)
+        attended = self.attention_output(attend(self.q(first), k, v, attention_mask, self.heads), first)
         return self.output(self.intermediate(attended), attended)
 
 
@@ -227,21 +218,25 @@ REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv}
 
 
 class _FusedSelfAttention(torch.nn.Module):
-    def __init__(self, qkv, heads: int, head_dim: int):
+    def __init__(self, qkv, heads: int):
         super().__init__()
-        self.qkv, self.heads, self.head_dim = qkv, heads, head_dim
+        self.qkv, self.heads = qkv, heads
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
-        b, n, _ = hidden_states.shape
-        q, k, v = self.qkv(hidden_states).split(self.heads * self.head_dim, dim=-1)
-        q = q.view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, n, self.heads, self.head_dim).permute(0, 2, 3, 1)
-        v = v.view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        scores = torch.matmul(q, k)
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        context = torch.matmul(torch.softmax(scores, dim=-1), v)
-        return context.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), None
+        return attend(*self.qkv(hidden_states).chunk(3, dim=-1), attention_mask, self.heads), None
+
+
+def attend(q, k, v, mask, heads: int):
+    """transformers' eager attention for projections [b, m, heads * d] (queries; the score scale already in q) and
+    [b, L, heads * d] (keys, values) and an additive mask [b, 1, 1 or L, L] -> context [b, m, heads * d]."""
+    (b, m, width), n = q.shape, k.shape[1]
+    q = q.view(b, m, heads, width // heads).transpose(1, 2)
+    k = k.view(b, n, heads, width // heads).permute(0, 2, 3, 1)  # already transposed for q @ k
+    v = v.view(b, n, heads, width // heads).transpose(1, 2)
+    scores = torch.matmul(q, k)
+    if mask is not None:
+        scores = scores + (mask if m == n else mask[:, :, :m])  # one query row: its row of a [L, L] mask
+    return torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, m, width)
 
 
 def fold_token_types(model):
