@@ -46,8 +46,12 @@ def test_edge_small_chains_every_stage_on_real_assets(tmp_path):
     assert done.returncode in (0, 3), done.stderr[-2000:]
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
     prune = next(s for s in m["stages"] if s["name"] == "prune")["metrics"]
-    assert prune["heads_kept"] == [4, 4, 4] and prune["ffn_kept"] == [538] * 3 and prune["embedding_rank"] == 128
+    assert prune["heads_kept"] == [4, 4, 4] and prune["ffn_kept"] == [576] * 3 and prune["embedding_rank"] == 128
     assert set(m["final"]["outputs"]) == {"x86-onnx", "x86-tflite", "arm64-onnx", "arm64-tflite"}
+    exported = tmp_path / "run" / "04-export"
+    assert json.loads((exported / "onnx" / "model.json").read_text())["graph_rewrites"] == ["first_token_last_layer"]
+    assert json.loads((exported / "tflite" / "model.json").read_text())["graph_rewrites"] == [
+        "first_token_last_layer", "fused_qkv", "additive_mask"]
     for out in m["final"]["outputs"].values():  # a 300-sentence vocabulary: far under the 6 MB budget
         assert out["metrics"]["size_mb"] < 6 and 0 < out["metrics"]["accuracy"] <= 1
     assert m["devices"]["local"]["complete"] is True  # device_bench ran at the end of compress

@@ -199,18 +199,19 @@ class _FirstTokenLayer(torch.nn.Module):
         att = layer.attention.self
         q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
         self.heads = q.out_features // att.attention_head_size
-        self.q, self.kv = torch.nn.Linear(q.in_features, q.out_features), torch.nn.Linear(k.in_features, 2 * k.out_features)
+        self.query = torch.nn.Linear(q.in_features, q.out_features)  # names that say attention (report.part_of)
+        self.key_value = torch.nn.Linear(k.in_features, 2 * k.out_features)
         with torch.no_grad():
-            self.q.weight.copy_(q.weight * scale)
-            self.q.bias.copy_(q.bias * scale)
-            self.kv.weight.copy_(torch.cat([k.weight, v.weight]))
-            self.kv.bias.copy_(torch.cat([k.bias, v.bias]))
+            self.query.weight.copy_(q.weight * scale)
+            self.query.bias.copy_(q.bias * scale)
+            self.key_value.weight.copy_(torch.cat([k.weight, v.weight]))
+            self.key_value.bias.copy_(torch.cat([k.bias, v.bias]))
         self.attention_output, self.intermediate, self.output = layer.attention.output, layer.intermediate, layer.output
 
     def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
         first = hidden_states[:, :1]
-        k, v = self.kv(hidden_states).chunk(2, dim=-1)
-        attended = self.attention_output(attend(self.q(first), k, v, attention_mask, self.heads), first)
+        k, v = self.key_value(hidden_states).chunk(2, dim=-1)
+        attended = self.attention_output(attend(self.query(first), k, v, attention_mask, self.heads), first)
         return self.output(self.intermediate(attended), attended)
 
 
