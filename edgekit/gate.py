@@ -129,7 +129,7 @@ def junit(rows: list, title: str) -> str:
     cases = []
     for r in rows:
         name = quoteattr(f"{label(r)} {r['op']} {r['target']:g}")
-        actual = quoteattr(f"actual {r['actual']:g}")
+        actual = quoteattr(f"actual {r['actual']:g}{interval_note(r.get('interval'), r['target'])}")
         body = "" if r["ok"] else f"<failure message={actual}/>"
         cases.append(f'  <testcase classname="edgekit.gate" name={name}>{body}</testcase>')
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr("edgekit gate " + title)} '

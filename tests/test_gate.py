@@ -39,6 +39,7 @@ def test_gate_passes_and_fails_on_real_metrics(finished, tmp_path, monkeypatch, 
     assert out[2].endswith(", bound outside)")  # no share kept reaches 1.5: the split can tell
     suite = ET.parse(tmp_path / "gate.xml").getroot()
     assert suite.get("tests") == "3" and suite.get("failures") == "1"
+    assert suite.find("testcase/failure").get("message").endswith(", bound outside)")  # the interval travels too
     assert "| accuracy_retained |" in summary.read_text() and "❌" in summary.read_text()
     assert cli.main(["gate", str(finished / "manifest.json"), "--max-size-mb", "100"]) == 0
 
