@@ -206,7 +206,7 @@ def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, m
 
 
 @pytest.mark.parametrize("family, expected", [("bert", ["first_token_last_layer", "fused_qkv", "additive_mask"]),
-                                              ("distilbert", ["additive_mask"])])
+                                              ("distilbert", ["first_token_last_layer", "additive_mask"])])
 def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
     import torch
 
@@ -233,14 +233,16 @@ def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
         assert (wrapper(ids.int(), torch.ones_like(mask).int()) - plain).abs().max() > 0.1  # the mask is used
 
 
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
 def test_onnx_export_computes_the_last_layer_for_the_first_token_at_any_batch_and_length(tmp_path, model_dir,
-                                                                                        csv_file):
+                                                                                        csv_file, family):
     import onnxruntime as ort
     import torch
 
     from edgekit import families
 
     ctx = context(model_dir, csv_file)
+    model_dir = testing.make_model_dir(tmp_path / family, family)
     files = {on: export.run(Artifact(model_dir, "hf"), tmp_path / str(on), ctx, format="onnx", check_sentences=8,
                             rewrites=on).path for on in (True, False)}
     assert json.loads((files[True].parent / "model.json").read_text())["graph_rewrites"] == ["first_token_last_layer"]

@@ -13,9 +13,9 @@ from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
 EXPORTERS = ("torchscript", "dynamo")
-REVISION = 4  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+REVISION = 5  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
 # 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see rewrite
-# 4: and the last layer computes the first token's row alone (TFLite and ONNX)
+# 4: and the last layer computes the first token's row alone (TFLite and ONNX); 5: DistilBERT's too
 REWRITES = {"onnx": ("first_token_last_layer",),  # ONNX Runtime fuses its own attention from the plain pattern
             "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
 
@@ -126,11 +126,11 @@ def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"
     """(the module to export, the rewrites kept): `model` in eager attention with each rewrite in `names` tried in
     turn and kept only if the logits on `sample` (token ids and a mask with padding; by default random ids, the
     second row half padded) match the plain model's. All are exact up to float rounding:
-    - `first_token_last_layer` (BERT, RoBERTa, ELECTRA): the last layer computes the first token's output alone,
+    - `first_token_last_layer` (BERT, RoBERTa, ELECTRA, DistilBERT): the last layer computes the first token's output alone,
       the only row the classifier reads ([CLS] / <s>): keys and values for every token, but the query, attention
       output, LayerNorms and FFN for one row instead of L. edge-small (3 layers), 1 x 128 tokens, 1 thread: TFLite
       1.96 -> 1.43 ms, ONNX 2.38 -> 1.73 ms.
-    - `fused_qkv` (same families; TFLite): one Q|K|V projection per layer instead of three, the 1/sqrt(head_dim)
+    - `fused_qkv` (BERT, RoBERTa, ELECTRA; TFLite): one Q|K|V projection per layer instead of three, the 1/sqrt(head_dim)
       score scale folded into the Q rows. A dynamic-range FULLY_CONNECTED quantizes its input on every call, so
       three projections of one input quantized it three times; and the score scale was a multiply over every
       [heads, L, L] score.
@@ -182,11 +182,14 @@ def bert_like(model) -> bool:
 
 
 def first_token_tail(model):
-    """`model` whose last layer returns only the first token's hidden state (None if not BERT-like)."""
-    if not bert_like(model):
+    """`model` whose last layer returns only the first token's hidden state (None for families without such a
+    layer here: ALBERT shares its layer across depth, MPNet adds a relative position bias)."""
+    layer = {"bert": _FirstTokenLayer, "roberta": _FirstTokenLayer, "electra": _FirstTokenLayer,
+             "distilbert": _FirstTokenDistilLayer}.get(model.config.model_type)
+    if layer is None:
         return None
     layers = families.layers(model)
-    layers[len(layers) - 1] = _FirstTokenLayer(layers[len(layers) - 1])
+    layers[len(layers) - 1] = layer(layers[len(layers) - 1])
     return model
 
 
@@ -197,22 +200,42 @@ class _FirstTokenLayer(torch.nn.Module):
     def __init__(self, layer):
         super().__init__()
         att = layer.attention.self
-        q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
-        self.heads = q.out_features // att.attention_head_size
+        self.project(att.query, att.key, att.value, att.attention_head_size)
+        self.attention_output, self.intermediate, self.output = layer.attention.output, layer.intermediate, layer.output
+
+    def project(self, q, k, v, head_dim: int) -> None:
+        self.heads = q.out_features // head_dim
         self.query = torch.nn.Linear(q.in_features, q.out_features)  # names that say attention (report.part_of)
         self.key_value = torch.nn.Linear(k.in_features, 2 * k.out_features)
         with torch.no_grad():
-            self.query.weight.copy_(q.weight * scale)
-            self.query.bias.copy_(q.bias * scale)
+            self.query.weight.copy_(q.weight * head_dim ** -0.5)
+            self.query.bias.copy_(q.bias * head_dim ** -0.5)
             self.key_value.weight.copy_(torch.cat([k.weight, v.weight]))
             self.key_value.bias.copy_(torch.cat([k.bias, v.bias]))
-        self.attention_output, self.intermediate, self.output = layer.attention.output, layer.intermediate, layer.output
 
     def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
         first = hidden_states[:, :1]
         k, v = self.key_value(hidden_states).chunk(2, dim=-1)
-        attended = self.attention_output(attend(self.query(first), k, v, attention_mask, self.heads), first)
+        return self.finish(attend(self.query(first), k, v, attention_mask, self.heads), first)
+
+    def finish(self, context, first):
+        attended = self.attention_output(context, first)
         return self.output(self.intermediate(attended), attended)
+
+
+class _FirstTokenDistilLayer(_FirstTokenLayer):
+    """The same for a DistilBERT block (out_lin, sa_layer_norm, ffn, output_layer_norm)."""
+
+    def __init__(self, block):
+        torch.nn.Module.__init__(self)
+        att = block.attention
+        self.project(att.q_lin, att.k_lin, att.v_lin, att.attention_head_size)
+        self.attention_out, self.sa_layer_norm = att.out_lin, block.sa_layer_norm
+        self.ffn, self.output_layer_norm = block.ffn, block.output_layer_norm
+
+    def finish(self, context, first):
+        attended = self.sa_layer_norm(self.attention_out(context) + first)
+        return self.output_layer_norm(self.ffn(attended) + attended)
 
 
 REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv}
