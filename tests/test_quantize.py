@@ -254,7 +254,8 @@ def test_onnx_export_computes_the_last_layer_for_the_first_token_at_any_batch_an
     mask[1, 7:], mask[2, 3:] = 0, 0
     with torch.no_grad():
         want = families.load_model(model_dir).eval()(input_ids=ids, attention_mask=mask).logits.numpy()
-    got = ort.InferenceSession(str(files[True])).run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    got = ort.InferenceSession(str(files[True])).run(None, feed)[0]
     assert np.abs(got - want).max() < 1e-5
 
 

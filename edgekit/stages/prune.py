@@ -31,7 +31,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
         raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
     if not isinstance(ffn_multiple, int) or ffn_multiple < 1:
-        raise EdgekitError(f"prune.ffn_multiple={ffn_multiple!r}: give a whole number >= 1 (1 keeps the exact fraction)")
+        raise EdgekitError(f"prune.ffn_multiple={ffn_multiple!r}: give a whole number >= 1 "
+                           f"(1 keeps the exact fraction)")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
