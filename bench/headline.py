@@ -141,9 +141,14 @@ def measure_run(run: Path, rounds: int, timed: int) -> dict:
             "all_targets_met_by": [m for m, c in checked.items() if c and all(x["met"] for x in c)]}
 
 
+def ratios_by_round(p50_by_round: list, peak_by_round: list, flops: int) -> list:
+    """Each round's p50 (ms) against the roofline of that round's peak (GOPS)."""
+    return [ms / (flops / peak / 1e6) for ms, peak in zip(p50_by_round, peak_by_round)]
+
+
 def roofline_ratio(p50_by_round: list, peak_by_round: list, flops: int) -> float:
-    """The median over rounds of each round's p50 (ms) against the roofline of that round's peak (GOPS)."""
-    return round(float(np.median([ms / (flops / peak / 1e6) for ms, peak in zip(p50_by_round, peak_by_round)])), 2)
+    """The median over rounds of ratios_by_round."""
+    return round(float(np.median(ratios_by_round(p50_by_round, peak_by_round, flops))), 2)
 
 
 def bits(hits: list) -> str:

@@ -77,10 +77,10 @@ def main(argv=None):
         print(f"round {r + 1}/{a.rounds}: peak {peaks[-1]} GOPS", file=sys.stderr)
     rows = []
     for (label, model, _), f, p in zip(todo, flops, p50s):
-        q = [ms / (f / peak / 1e6) for ms, peak in zip(p, peaks)]  # each round's p50 against its own peak
+        q = headline.ratios_by_round(p, peaks, f)  # each round's p50 against its own peak
         profiles = sorted((profile(label, model, f, a.timed) for _ in range(a.rounds)), key=lambda x: x["profile"]["ratio"])
         rows.append({**profiles[len(profiles) // 2], "p50_ms": round(float(np.median(p)), 3),  # the median profile
-                     "roofline_ratio": round(float(np.median(q)), 2), "ratio_by_round": [round(x, 2) for x in q],
+                     "roofline_ratio": headline.roofline_ratio(p, peaks, f), "ratio_by_round": [round(x, 2) for x in q],
                      "profiled_ratios": [x["profile"]["ratio"] for x in profiles]})
     lite_rows = []
     for (label, model), f, p in zip(lite, lite_flops, lite_p50s):

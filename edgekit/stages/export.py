@@ -75,7 +75,6 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")]
     extra = {"exporter": exporter, "opset": opset,
              "onnxruntime": {"disabled_optimizers": runtime.ORT_DISABLED_OPTIMIZERS}} if format == "onnx" else {}
-    applied = []
     if format == "onnx":
         path = out_dir / "model.onnx"
         wrapper, applied = rewrite(model, sample, REWRITES["onnx"] if rewrites else ())
@@ -167,13 +166,18 @@ def fuse_qkv(model):
         if isinstance(block, _FirstTokenLayer):
             continue
         att = block.get_submodule("attention.self")
-        q, k, v, scale = att.query, att.key, att.value, att.attention_head_size ** -0.5
-        qkv = torch.nn.Linear(q.in_features, q.out_features + k.out_features + v.out_features)
-        with torch.no_grad():
-            qkv.weight.copy_(torch.cat([q.weight * scale, k.weight, v.weight]))
-            qkv.bias.copy_(torch.cat([q.bias * scale, k.bias, v.bias]))
-        block.attention.self = _FusedSelfAttention(qkv, q.out_features // att.attention_head_size)
+        qkv = merged((att.query, att.attention_head_size ** -0.5), (att.key, 1.0), (att.value, 1.0))
+        block.attention.self = _FusedSelfAttention(qkv, att.query.out_features // att.attention_head_size)
     return model
+
+
+def merged(*parts) -> torch.nn.Linear:
+    """One Linear whose output is the outputs of `parts` ((Linear, scale) each, same input) side by side."""
+    out = torch.nn.Linear(parts[0][0].in_features, sum(linear.out_features for linear, _ in parts))
+    with torch.no_grad():
+        out.weight.copy_(torch.cat([linear.weight * scale for linear, scale in parts]))
+        out.bias.copy_(torch.cat([linear.bias * scale for linear, scale in parts]))
+    return out
 
 
 def bert_like(model) -> bool:
@@ -184,8 +188,8 @@ def bert_like(model) -> bool:
 def first_token_tail(model):
     """`model` whose last layer returns only the first token's hidden state (None for families without such a
     layer here: ALBERT shares its layer across depth, MPNet adds a relative position bias)."""
-    layer = {"bert": _FirstTokenLayer, "roberta": _FirstTokenLayer, "electra": _FirstTokenLayer,
-             "distilbert": _FirstTokenDistilLayer}.get(model.config.model_type)
+    layer = _FirstTokenLayer if bert_like(model) else \
+        _FirstTokenDistilLayer if model.config.model_type == "distilbert" else None
     if layer is None:
         return None
     layers = families.layers(model)
@@ -205,13 +209,8 @@ class _FirstTokenLayer(torch.nn.Module):
 
     def project(self, q, k, v, head_dim: int) -> None:
         self.heads = q.out_features // head_dim
-        self.query = torch.nn.Linear(q.in_features, q.out_features)  # names that say attention (report.part_of)
-        self.key_value = torch.nn.Linear(k.in_features, 2 * k.out_features)
-        with torch.no_grad():
-            self.query.weight.copy_(q.weight * head_dim ** -0.5)
-            self.query.bias.copy_(q.bias * head_dim ** -0.5)
-            self.key_value.weight.copy_(torch.cat([k.weight, v.weight]))
-            self.key_value.bias.copy_(torch.cat([k.bias, v.bias]))
+        self.query = merged((q, head_dim ** -0.5))  # names that say attention (report.part_of)
+        self.key_value = merged((k, 1.0), (v, 1.0))
 
     def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
         first = hidden_states[:, :1]
