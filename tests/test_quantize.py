@@ -233,9 +233,9 @@ def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
         assert (wrapper(ids.int(), torch.ones_like(mask).int()) - plain).abs().max() > 0.1  # the mask is used
 
 
-@pytest.mark.parametrize("family", ["bert", "distilbert"])
-def test_onnx_export_computes_the_last_layer_for_the_first_token_at_any_batch_and_length(tmp_path, model_dir,
-                                                                                        csv_file, family):
+@pytest.mark.parametrize("family, expected", [("bert", ["first_token_last_layer", "fused_qkv", "additive_mask"]),
+                                              ("distilbert", ["first_token_last_layer", "additive_mask"])])
+def test_onnx_export_rewrites_keep_the_logits_at_any_batch_and_length(tmp_path, model_dir, csv_file, family, expected):
     import onnxruntime as ort
     import torch
 
@@ -245,10 +245,14 @@ def test_onnx_export_computes_the_last_layer_for_the_first_token_at_any_batch_an
     model_dir = testing.make_model_dir(tmp_path / family, family)
     files = {on: export.run(Artifact(model_dir, "hf"), tmp_path / str(on), ctx, format="onnx", check_sentences=8,
                             rewrites=on).path for on in (True, False)}
-    assert json.loads((files[True].parent / "model.json").read_text())["graph_rewrites"] == ["first_token_last_layer"]
+    assert json.loads((files[True].parent / "model.json").read_text())["graph_rewrites"] == expected + ["fixed_reshapes"]
     assert json.loads((files[False].parent / "model.json").read_text())["graph_rewrites"] == []
-    nodes = {on: len(onnx.load(str(f)).graph.node) for on, f in files.items()}
-    assert nodes[True] != nodes[False]
+    graphs = {on: onnx.load(str(f)).graph for on, f in files.items()}
+    assert len(graphs[True].node) < len(graphs[False].node)
+    constants = {t.name for t in graphs[True].initializer}
+    reshapes = {on: [n for n in g.node if n.op_type == "Reshape"] for on, g in graphs.items()}
+    assert reshapes[True] and all(n.input[1] in constants for n in reshapes[True])  # no shape computed at run time
+    assert not all(n.input[1] in {t.name for t in graphs[False].initializer} for n in reshapes[False])
     ids = torch.randint(5, 70, (3, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
     mask[1, 7:], mask[2, 3:] = 0, 0
@@ -320,3 +324,41 @@ def test_uint8_weights_go_into_every_matmul_agree_with_fp32_and_are_only_for_onn
     assert "\n" not in str(e.value) and not (tmp_path / "s" / "model.onnx").exists()
     with pytest.raises(EdgekitError, match="quantize.weights 'u4'"):
         quantize.run(fp32, tmp_path / "u4", ctx, weights="u4")
+
+
+def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes_cannot_be_inferred(tmp_path,
+                                                                                                   model_dir,
+                                                                                                   monkeypatch):
+    import torch
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from edgekit import families
+
+    ids = torch.randint(5, 70, (2, 9), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    path = tmp_path / "model.onnx"
+    export.to_onnx(families.load_model(model_dir), (ids, mask), path)
+    before = path.read_bytes()
+    feeds = [{"input_ids": ids.numpy(), "attention_mask": mask.numpy()},
+             {"input_ids": ids[:1, :4].numpy(), "attention_mask": mask[:1, :4].numpy()}]
+    infer = SymbolicShapeInference.infer_shapes
+
+    def fixed_length(model, **kwargs):  # inference that takes the traced length for a constant
+        inferred = infer(model, **kwargs)
+        for v in inferred.graph.value_info:
+            for d in v.type.tensor_type.shape.dim:
+                if d.dim_param == "sequence":
+                    d.dim_value = 9
+        return inferred
+
+    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fixed_length))
+    assert export.fixed_reshapes(path, feeds) == 0 and path.read_bytes() == before  # wrong at 4 tokens: not kept
+
+    def fails(model, **kwargs):
+        raise RuntimeError("Incomplete symbolic shape inference")
+
+    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fails))
+    assert export.fixed_reshapes(path, feeds) == 0 and path.read_bytes() == before
+    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(infer))
+    assert export.fixed_reshapes(path, feeds) > 0 and path.read_bytes() != before
