@@ -81,7 +81,8 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
         wrapper, applied = rewrite(model, sample, REWRITES["onnx"] if rewrites else ())
         to_onnx(wrapper.model, sample, path, exporter, opset, max_length, wrapper.additive_mask)
         ids, mask = (t.numpy().astype(np.int64) for t in sample)  # checked at other batch sizes and lengths too
-        feeds = [{"input_ids": ids, "attention_mask": mask}, {"input_ids": ids[:1, :-1], "attention_mask": mask[:1, :-1]},
+        feeds = [{"input_ids": ids, "attention_mask": mask},
+                 {"input_ids": ids[:1, :-1], "attention_mask": mask[:1, :-1]},
                  {"input_ids": np.tile(ids, (2, 1)), "attention_mask": np.tile(mask, (2, 1))}]
         extra["graph_rewrites"] = applied + (["fixed_reshapes"] if rewrites and fixed_reshapes(path, feeds) else [])
     elif format == "tflite":
@@ -335,7 +336,8 @@ def fixed_reshapes(path: Path, feeds: list) -> int:
         inferred = SymbolicShapeInference.infer_shapes(original, auto_merge=True)
     except Exception:  # noqa: BLE001 - an optimisation only: the graph stays valid without it
         return 0
-    dims = {v.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in v.type.tensor_type.shape.dim]
+    dims = {v.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                     for d in v.type.tensor_type.shape.dim]
             for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
     fixed = 0
     for node in model.graph.node:
