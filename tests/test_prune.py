@@ -55,6 +55,27 @@ def test_iterative_prune_with_recovery_saves_reloads_and_exports(model_dir, ctx,
     assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
 
 
+def test_recovery_distils_from_the_teacher_when_asked_and_refuses_one_with_other_token_ids(model_dir, ctx, tmp_path,
+                                                                                           monkeypatch):
+    from transformers import BertTokenizer
+
+    from edgekit import testing
+
+    ctx.teacher = Artifact(testing.make_model_dir(tmp_path / "teacher", "bert", layers=2, seed=1), "hf")
+    used = []
+    monkeypatch.setattr(prune, "recover", lambda model, teacher, *a: used.append(families.num_layers(teacher.config)))
+    for source, layers in (("input", 4), ("teacher", 2)):
+        prune.run(Artifact(model_dir, "hf"), tmp_path / source, ctx, heads_keep=0.5, recover_epochs=1.0,
+                  importance="magnitude", recover_from=source)
+        assert used[-1] == layers  # the 4-layer input model, or the 2-layer teacher
+    BertTokenizer(vocab=dict(testing.tiny_vocab(), extra=99)).save_pretrained(tmp_path / "teacher")
+    with pytest.raises(EdgekitError, match="reads other token ids than the model being pruned; use recover_from: input"):
+        prune.run(Artifact(model_dir, "hf"), tmp_path / "other", ctx, heads_keep=0.5, recover_epochs=1.0,
+                  recover_from="teacher")
+    with pytest.raises(EdgekitError, match="prune.recover_from='student': give input"):
+        prune.run(Artifact(model_dir, "hf"), tmp_path / "bad", ctx, recover_from="student")
+
+
 def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
     model = families.load_model(model_dir)
     tok = families.load_tokenizer(model_dir)

@@ -233,7 +233,8 @@ def test_tflite_graph_rewrites_keep_the_logits(tmp_path, family, expected):
         assert (wrapper(ids.int(), torch.ones_like(mask).int()) - plain).abs().max() > 0.1  # the mask is used
 
 
-@pytest.mark.parametrize("family, expected", [("bert", ["first_token_last_layer", "fused_qkv", "additive_mask"]),
+@pytest.mark.parametrize("family, expected", [("bert", ["first_token_last_layer", "fused_qkv", "additive_mask",
+                                                        "no_token_types"]),
                                               ("distilbert", ["first_token_last_layer", "additive_mask"])])
 def test_onnx_export_rewrites_keep_the_logits_at_any_batch_and_length(tmp_path, model_dir, csv_file, family, expected):
     import onnxruntime as ort
@@ -254,6 +255,8 @@ def test_onnx_export_rewrites_keep_the_logits_at_any_batch_and_length(tmp_path, 
     reshapes = {on: [n for n in g.node if n.op_type == "Reshape"] for on, g in graphs.items()}
     assert reshapes[True] and all(n.input[1] in constants for n in reshapes[True])  # no shape computed at run time
     assert not all(n.input[1] in {t.name for t in graphs[False].initializer} for n in reshapes[False])
+    types = {on: any("token_type" in t.name for t in g.initializer) for on, g in graphs.items()}
+    assert types == {True: False, False: family == "bert"}  # BERT's token-type lookup is gone
     ids = torch.randint(5, 70, (3, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
     mask[1, 7:], mask[2, 3:] = 0, 0
@@ -341,8 +344,6 @@ def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes
     path = tmp_path / "model.onnx"
     export.to_onnx(families.load_model(model_dir), (ids, mask), path)
     before = path.read_bytes()
-    feeds = [{"input_ids": ids.numpy(), "attention_mask": mask.numpy()},
-             {"input_ids": ids[:1, :4].numpy(), "attention_mask": mask[:1, :4].numpy()}]
     infer = SymbolicShapeInference.infer_shapes
 
     def fixed_length(model, **kwargs):  # inference that takes the traced length for a constant
@@ -354,12 +355,12 @@ def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes
         return inferred
 
     monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fixed_length))
-    assert export.fixed_reshapes(path, feeds) == 0 and path.read_bytes() == before  # wrong at 4 tokens: not kept
+    assert export.fixed_reshapes(path, (ids, mask)) == 0 and path.read_bytes() == before  # wrong at 8 tokens: not kept
 
     def fails(model, **kwargs):
         raise RuntimeError("Incomplete symbolic shape inference")
 
     monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fails))
-    assert export.fixed_reshapes(path, feeds) == 0 and path.read_bytes() == before
+    assert export.fixed_reshapes(path, (ids, mask)) == 0 and path.read_bytes() == before
     monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(infer))
-    assert export.fixed_reshapes(path, feeds) > 0 and path.read_bytes() != before
+    assert export.fixed_reshapes(path, (ids, mask)) > 0 and path.read_bytes() != before

@@ -13,11 +13,12 @@ from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
 EXPORTERS = ("torchscript", "dynamo")
-REVISION = 6  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+REVISION = 7  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
 # 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see rewrite
 # 4: and the last layer computes the first token's row alone (TFLite and ONNX); 5: DistilBERT's too
 # 6: ONNX gets the Q|K|V projection and the additive mask too, and constant Reshape shapes (fixed_reshapes)
-REWRITES = {"onnx": ("first_token_last_layer", "fused_qkv", "additive_mask"),
+# 7: ONNX embeddings without the token-type lookup (no_token_types)
+REWRITES = {"onnx": ("first_token_last_layer", "fused_qkv", "additive_mask", "no_token_types"),
             "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
 
 
@@ -80,11 +81,7 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
         path = out_dir / "model.onnx"
         wrapper, applied = rewrite(model, sample, REWRITES["onnx"] if rewrites else ())
         to_onnx(wrapper.model, sample, path, exporter, opset, max_length, wrapper.additive_mask)
-        ids, mask = (t.numpy().astype(np.int64) for t in sample)  # checked at other batch sizes and lengths too
-        feeds = [{"input_ids": ids, "attention_mask": mask},
-                 {"input_ids": ids[:1, :-1], "attention_mask": mask[:1, :-1]},
-                 {"input_ids": np.tile(ids, (2, 1)), "attention_mask": np.tile(mask, (2, 1))}]
-        extra["graph_rewrites"] = applied + (["fixed_reshapes"] if rewrites and fixed_reshapes(path, feeds) else [])
+        extra["graph_rewrites"] = applied + (["fixed_reshapes"] if rewrites and fixed_reshapes(path, sample) else [])
     elif format == "tflite":
         path = out_dir / "model.tflite"
         applied = to_tflite(model, path, buckets, sample, REWRITES["tflite"] if rewrites else ())
@@ -142,7 +139,11 @@ def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"
       instead of the integer compare / select / gather ops transformers builds it from, which LiteRT runs in its
       reference kernels. With `fused_qkv`: edge-small 1.967 -> 1.883 ms, edge-base 5.229 -> 5.096 ms (TFLite).
       ONNX, both with `fixed_reshapes` (2026-12-01, AVX2 EPYC, edge-small's pruned student, dynamic INT8): 177 ->
-      109 nodes after ONNX Runtime's fusions, p50 at 128 tokens 0.975x over 7 interleaved rounds."""
+      109 nodes after ONNX Runtime's fusions, p50 at 128 tokens 0.975x over 7 interleaved rounds.
+    - `no_token_types` (BERT, ELECTRA; ONNX: the TFLite converter folds these lookups into constants itself):
+      token-type row 0 folded into the position table and the token-type lookup dropped; an export never feeds
+      token types, and transformers builds the all-zero ids from the positions (Shape, Gather, Expand, Where ...:
+      19 of edge-small's 109 nodes)."""
     model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul, with an additive float mask
     if sample is None:
         ids = torch.randint(5, min(100, model.config.vocab_size), (2, 8), generator=torch.Generator().manual_seed(0))
@@ -244,9 +245,6 @@ class _FirstTokenDistilLayer(_FirstTokenLayer):
         return self.output_layer_norm(self.ffn(attended) + attended)
 
 
-REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv}
-
-
 class _FusedSelfAttention(torch.nn.Module):
     def __init__(self, qkv, heads: int):
         super().__init__()
@@ -269,6 +267,35 @@ def attend(q, k, v, mask, heads: int):
     if mask is not None:  # one query row: its row of a [L, L] mask ([b, 1, 1, L] masks hold every row already)
         scores = scores + (mask if m == n or mask.shape[2] == 1 else mask[:, :, :m])
     return torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, m, width)
+
+
+def no_token_types(model):
+    """`model` whose embeddings are `_Embeddings` (None for families other than BERT and ELECTRA: RoBERTa and MPNet
+    count positions from the padding, DistilBERT has no token types)."""
+    if model.config.model_type not in ("bert", "electra"):
+        return None
+    model.base_model.embeddings = _Embeddings(model.base_model.embeddings)
+    return model
+
+
+class _Embeddings(torch.nn.Module):
+    """BERT's embeddings for token type 0 alone: word + position rows, the type-0 row folded into each position's
+    -> LayerNorm. The same module names, so the quantizer and the size report see the same tables."""
+
+    def __init__(self, embeddings):
+        super().__init__()
+        self.word_embeddings, self.LayerNorm = embeddings.word_embeddings, embeddings.LayerNorm
+        self.position_embeddings = copy.deepcopy(embeddings.position_embeddings)
+        with torch.no_grad():
+            self.position_embeddings.weight += embeddings.token_type_embeddings.weight[0]
+        self.register_buffer("position_ids", embeddings.position_ids, persistent=False)
+
+    def forward(self, input_ids, **kwargs):  # token_type_ids, position_ids: never fed by an export
+        positions = self.position_embeddings(self.position_ids[:, :input_ids.shape[1]])
+        return self.LayerNorm(self.word_embeddings(input_ids) + positions)
+
+
+REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv, "no_token_types": no_token_types}
 
 
 def fold_token_types(model):
@@ -320,13 +347,14 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
     os.replace(tmp, path)
 
 
-def fixed_reshapes(path: Path, feeds: list) -> int:
+def fixed_reshapes(path: Path, sample: tuple) -> int:
     """Give every Reshape whose output shape follows from its input's (by ONNX Runtime's symbolic shape inference)
     a constant target shape, 0 where a dimension is copied from the input and -1 for at most one other, then drop
     the Shape / Gather / Unsqueeze / Concat chains that computed it. Exact: the same shapes, fewer nodes (the
     traced `view(b, L, heads, d)` of every attention computes its target from the input's shape at run time,
     about 6 tiny ops per Reshape, each a kernel launch ONNX Runtime pays on every call). Kept only if the logits
-    match the original graph's on every input in `feeds`; returns the count (0: left as is)."""
+    match the original graph's on `sample` (ids, mask), its first row one token shorter and the sample twice over:
+    other batch sizes and lengths than the traced ones; returns the count (0: left as is)."""
     import onnx
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
@@ -344,8 +372,7 @@ def fixed_reshapes(path: Path, feeds: list) -> int:
         source, target = dims.get(node.input[0]) if node.op_type == "Reshape" else None, dims.get(node.output[0])
         if not source or not target or any(a.name == "allowzero" and a.i for a in node.attribute):
             continue
-        shape = [d if isinstance(d, int) and d > 0 else 0 if d and j < len(source) and source[j] == d else -1
-                 for j, d in enumerate(target)]
+        shape = [constant_dim(d, source[j] if j < len(source) else None) for j, d in enumerate(target)]
         if shape.count(-1) > 1:
             continue
         name = f"{node.name or node.output[0]}_fixed_shape"
@@ -353,12 +380,23 @@ def fixed_reshapes(path: Path, feeds: list) -> int:
         node.input[1] = name
         fixed += 1
     drop_dead_nodes(model.graph)
+    ids, mask = (t.numpy().astype(np.int64) for t in sample)
+    feeds = [{"input_ids": i, "attention_mask": m} for i, m in
+             ((ids, mask), (ids[:1, :-1], mask[:1, :-1]), (np.tile(ids, (2, 1)), np.tile(mask, (2, 1))))]
     if not fixed or not same_logits(original, model, feeds):
         return 0
     tmp = path.with_suffix(".onnx.tmp")
     onnx.save(model, str(tmp))
     os.replace(tmp, path)
     return fixed
+
+
+def constant_dim(target, source):
+    """A Reshape target dimension as a constant: its size where known, 0 where it is the input's same dimension
+    (a symbolic size), -1 otherwise."""
+    if isinstance(target, int) and target > 0:
+        return target
+    return 0 if target and target == source else -1
 
 
 def same_logits(a, b, feeds: list) -> bool:

@@ -5,7 +5,8 @@ The matrices really shrink; per-layer head counts, FFN sizes and the vocabulary 
 Importance is gradient-based (Michel et al., "Are Sixteen Heads Really Better than One?": the expected
 |dL/d mask| of each head, here the first-order term |sum ctx_h * dL/dctx_h|, the same for FFN neurons) or
 weight magnitude (cheap). `steps` > 1 prunes iteratively, each step followed by recovery training with KD
-from the unpruned input model.
+from the unpruned input model (`recover_from: input`) or from the recipe's fine-tuned teacher (`teacher`: it
+must read the same token ids).
 """
 import shutil
 from pathlib import Path
@@ -24,7 +25,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
         importance_batches: int = 32, ffn_multiple: int = 64,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
-        temperature: float = 2.0, checkpoint_every: int = 100) -> Artifact:
+        temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input") -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
         raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}: each must be a fraction in (0, 1]; "
                            f"a layer always keeps at least one head")
@@ -33,8 +34,15 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if not isinstance(ffn_multiple, int) or ffn_multiple < 1:
         raise EdgekitError(f"prune.ffn_multiple={ffn_multiple!r}: give a whole number >= 1 "
                            f"(1 keeps the exact fraction)")
+    if recover_from not in ("input", "teacher"):
+        raise EdgekitError(f"prune.recover_from={recover_from!r}: give input (KD from the unpruned model) or teacher "
+                           f"(from the fine-tuned teacher)")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
+    source = artifact.path if recover_from == "input" else ctx.teacher.path
+    if recover_from == "teacher" and families.load_tokenizer(source).get_vocab() != tokenizer.get_vocab():
+        raise EdgekitError(f"prune.recover_from=teacher: the teacher {ctx.teacher.path} reads other token ids than "
+                           f"the model being pruned; use recover_from: input")
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
         heads = model.config.num_attention_heads
         if not 1 <= heads_per_layer <= heads:
@@ -47,7 +55,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                    tokenizer.unk_token_id)
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
-    teacher = families.load_model(artifact.path) if recover_epochs > 0 else None
+    teacher = families.load_model(source) if recover_epochs > 0 else None
     for step in range(1, steps + 1):
         step_dir = out_dir / f"step-{step}"
         if (step_dir / "model" / "config.json").is_file():  # finished before a stop: resume after it
@@ -89,7 +97,7 @@ def save(model, tokenizer, path: Path) -> None:
 
 
 def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
-    """Recovery training: KD from the unpruned model plus hard-label CE."""
+    """Recovery training: KD from `teacher` (the unpruned model or the recipe's teacher) plus hard-label CE."""
     def loss_fn(m, b):
         inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
         with torch.no_grad():
