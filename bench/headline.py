@@ -267,8 +267,10 @@ def plot(recipes: list, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
+    names = [r["recipe"] for r in recipes]
     for recipe, colour in zip(recipes, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        ax.scatter([], [], s=40, color=colour, label=recipe["recipe"])
+        label = recipe["recipe"] if names.count(recipe["recipe"]) == 1 else f"{recipe['recipe']} ({Path(recipe['run']).name})"
+        ax.scatter([], [], s=40, color=colour, label=label)
         for r in recipe["rows"]:
             ours = r["model"].startswith("edgekit")
             ax.scatter(r["p50_ms"], r["accuracy"], s=20 + 3 * r["size_mb"], color=colour, alpha=0.7,
@@ -334,7 +336,8 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"the ratio the GEMMs alone leave: [bench/results/{roofline}](../bench/results/{roofline}) "
              f"(`python bench/roofline.py`).", "", f"![Pareto]({plot_name})", ""]
     for recipe in result["recipes"]:
-        lines += [f"## {recipe['recipe']} (teacher `{recipe['teacher']}`; {recipe['test_examples']} test sentences, "
+        lines += [f"## {recipe['recipe']} (run `{Path(recipe['run']).name}`, teacher `{recipe['teacher']}`; "
+                  f"{recipe['test_examples']} test sentences, "
                   f"{recipe['vader_examples']} vader-amazon)", "",
                   "| model | MB | accuracy | kept | vader-amazon | kept | p50 ms @128 | p90 ms @128 | p50 ms sentences "
                   "| x vs peer | GFLOP @128 | roofline ms | x roofline |",
