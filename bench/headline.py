@@ -269,7 +269,8 @@ def plot(recipes: list, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     names = [r["recipe"] for r in recipes]
     for recipe, colour in zip(recipes, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        label = recipe["recipe"] if names.count(recipe["recipe"]) == 1 else f"{recipe['recipe']} ({Path(recipe['run']).name})"
+        label = recipe["recipe"] if names.count(recipe["recipe"]) == 1 else \
+            f"{recipe['recipe']} ({Path(recipe['run']).name})"  # two runs of one recipe: which is which
         ax.scatter([], [], s=40, color=colour, label=label)
         for r in recipe["rows"]:
             ours = r["model"].startswith("edgekit")

@@ -50,8 +50,8 @@ def test_edge_small_chains_every_stage_on_real_assets(tmp_path):
     assert set(m["final"]["outputs"]) == {"x86-onnx", "x86-tflite", "arm64-onnx", "arm64-tflite"}
     exported = tmp_path / "run" / "04-export"
     rewrites = ["first_token_last_layer", "fused_qkv", "additive_mask"]
-    assert json.loads((exported / "onnx" / "model.json").read_text())["graph_rewrites"] == rewrites + ["no_token_types",
-                                                                                                  "fixed_reshapes"]
+    onnx_rewrites = rewrites + ["no_token_types", "fixed_reshapes"]
+    assert json.loads((exported / "onnx" / "model.json").read_text())["graph_rewrites"] == onnx_rewrites
     assert json.loads((exported / "tflite" / "model.json").read_text())["graph_rewrites"] == rewrites
     for out in m["final"]["outputs"].values():  # a 300-sentence vocabulary: far under the 6 MB budget
         assert out["metrics"]["size_mb"] < 6 and 0 < out["metrics"]["accuracy"] <= 1
