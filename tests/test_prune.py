@@ -72,6 +72,7 @@ def test_recovery_distils_from_the_teacher_when_asked_and_refuses_one_with_other
     with pytest.raises(EdgekitError, match="reads other token ids than the model being pruned; use recover_from"):
         prune.run(Artifact(model_dir, "hf"), tmp_path / "other", ctx, heads_keep=0.5, recover_epochs=1.0,
                   recover_from="teacher")
+    prune.run(Artifact(model_dir, "hf"), tmp_path / "none", ctx, heads_keep=0.5, recover_from="teacher")  # no recovery
     with pytest.raises(EdgekitError, match="prune.recover_from='student': give input"):
         prune.run(Artifact(model_dir, "hf"), tmp_path / "bad", ctx, recover_from="student")
 

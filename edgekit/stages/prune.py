@@ -40,7 +40,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     source = artifact.path if recover_from == "input" else ctx.teacher.path
-    if recover_from == "teacher" and families.load_tokenizer(source).get_vocab() != tokenizer.get_vocab():
+    if recover_from == "teacher" and recover_epochs > 0 and \
+            families.load_tokenizer(source).get_vocab() != tokenizer.get_vocab():
         raise EdgekitError(f"prune.recover_from=teacher: the teacher {ctx.teacher.path} reads other token ids than "
                            f"the model being pruned; use recover_from: input")
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
