@@ -278,8 +278,11 @@ def plot(recipes: list, path: Path) -> None:
                        marker="o" if ours else "s")
             name = "edgekit (ONNX, TFLite)" if ours else r["model"].split(":")[0]
             if not ours or r is next(x for x in recipe["rows"] if x["model"].startswith("edgekit")):
+                # teacher and peer sit side by side: the peer's label above to its left, the teacher's below it
+                xytext, ha = ((6, -10), "left") if ours else \
+                    ((-8, 6), "right") if name == "peer" else ((0, -20), "center")
                 ax.annotate(f"{name}, {r['size_mb']:.1f} MB", (r["p50_ms"], r["accuracy"]), fontsize=8,
-                            xytext=(6, -10 if ours else 4), textcoords="offset points")
+                            xytext=xytext, ha=ha, textcoords="offset points")
     ax.legend(loc="lower right")
     ax.set_xscale("log")
     ax.set_xlabel("p50 latency at 128 tokens, batch 1, 1 thread (ms, log)")
