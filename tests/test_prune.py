@@ -69,7 +69,8 @@ def test_recovery_distils_from_the_teacher_when_asked_and_refuses_one_with_other
                   importance="magnitude", recover_from=source)
         assert used[-1] == layers  # the 4-layer input model, or the 2-layer teacher
     BertTokenizer(vocab=dict(testing.tiny_vocab(), extra=99)).save_pretrained(tmp_path / "teacher")
-    with pytest.raises(EdgekitError, match="reads other token ids than the model being pruned; use recover_from"):
+    refused = "reads other token ids than the model being pruned; use recover_from: input"
+    with pytest.raises(EdgekitError, match=refused):
         prune.run(Artifact(model_dir, "hf"), tmp_path / "other", ctx, heads_keep=0.5, recover_epochs=1.0,
                   recover_from="teacher")
     prune.run(Artifact(model_dir, "hf"), tmp_path / "none", ctx, heads_keep=0.5, recover_from="teacher")  # no recovery
