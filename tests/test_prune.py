@@ -55,27 +55,55 @@ def test_iterative_prune_with_recovery_saves_reloads_and_exports(model_dir, ctx,
     assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
 
 
-def test_recovery_distils_from_the_teacher_when_asked_and_refuses_one_with_other_token_ids(model_dir, ctx, tmp_path,
-                                                                                           monkeypatch):
+def shifted_ids(folder):
+    """The tiny vocabulary with every id shifted by one (mpnet-base's are by 4 against minilm-l6's)."""
     from transformers import BertTokenizer
 
     from edgekit import testing
 
+    vocab = testing.tiny_vocab()
+    BertTokenizer(vocab={piece: (i + 1) % len(vocab) for piece, i in vocab.items()}).save_pretrained(folder)
+
+
+def test_recovery_distils_from_the_teacher_when_asked_also_one_with_other_token_ids(model_dir, ctx, tmp_path,
+                                                                                    monkeypatch):
+    from edgekit import testing
+
     ctx.teacher = Artifact(testing.make_model_dir(tmp_path / "teacher", "bert", layers=2, seed=1), "hf")
     used = []
-    monkeypatch.setattr(prune, "recover", lambda model, teacher, *a: used.append(families.num_layers(teacher.config)))
+    monkeypatch.setattr(prune, "recover", lambda model, teacher, *a: used.append(teacher))
     for source, layers in (("input", 4), ("teacher", 2)):
         prune.run(Artifact(model_dir, "hf"), tmp_path / source, ctx, heads_keep=0.5, recover_epochs=1.0,
                   importance="magnitude", recover_from=source)
-        assert used[-1] == layers  # the 4-layer input model, or the 2-layer teacher
-    BertTokenizer(vocab=dict(testing.tiny_vocab(), extra=99)).save_pretrained(tmp_path / "teacher")
-    refused = "reads other token ids than the model being pruned; use recover_from: input"
-    with pytest.raises(EdgekitError, match=refused):
-        prune.run(Artifact(model_dir, "hf"), tmp_path / "other", ctx, heads_keep=0.5, recover_epochs=1.0,
-                  recover_from="teacher")
+        assert families.num_layers(used[-1].config) == layers  # the 4-layer input model, or the 2-layer teacher
+    # a teacher that reads other token ids: its logits on its own tokenization, once per training sentence, in order
+    shifted_ids(tmp_path / "teacher")
+    prune.run(Artifact(model_dir, "hf"), tmp_path / "other", ctx, heads_keep=0.5, recover_epochs=1.0,
+              importance="magnitude", recover_from="teacher")
+    t_tok, teacher = families.load_tokenizer(tmp_path / "teacher"), families.load_model(tmp_path / "teacher")
+    assert t_tok.get_vocab() != families.load_tokenizer(model_dir).get_vocab()
+    logits = used[-1]
+    assert torch.is_tensor(logits) and logits.shape == (len(ctx.splits.train), teacher.config.num_labels)
+    for i in (0, len(ctx.splits.train) - 1):
+        ids = torch.tensor([t_tok(ctx.splits.train[i][0], truncation=True, max_length=ctx.max_length)["input_ids"]])
+        with torch.no_grad():
+            assert torch.allclose(logits[i], teacher(input_ids=ids).logits[0], atol=1e-5)
     prune.run(Artifact(model_dir, "hf"), tmp_path / "none", ctx, heads_keep=0.5, recover_from="teacher")  # no recovery
     with pytest.raises(EdgekitError, match="prune.recover_from='student': give input"):
         prune.run(Artifact(model_dir, "hf"), tmp_path / "bad", ctx, recover_from="student")
+
+
+def test_recovery_on_teacher_logits_trains(model_dir, ctx, tmp_path):
+    """The logits path end to end: a real recovery from a teacher with other token ids moves the pruned weights."""
+    from edgekit import testing
+
+    ctx.teacher = Artifact(testing.make_model_dir(tmp_path / "teacher", "bert", layers=2, seed=1), "hf")
+    shifted_ids(tmp_path / "teacher")
+    kw = dict(heads_keep=0.5, importance="magnitude", recover_from="teacher", lr=1e-3, batch_size=16)
+    plain = families.load_model(prune.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, **kw).path)
+    recovered = families.load_model(prune.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, recover_epochs=1.0,
+                                              **kw).path)
+    assert not torch.equal(plain.classifier.weight, recovered.classifier.weight)
 
 
 def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):

@@ -5,8 +5,9 @@ The matrices really shrink; per-layer head counts, FFN sizes and the vocabulary 
 Importance is gradient-based (Michel et al., "Are Sixteen Heads Really Better than One?": the expected
 |dL/d mask| of each head, here the first-order term |sum ctx_h * dL/dctx_h|, the same for FFN neurons) or
 weight magnitude (cheap). `steps` > 1 prunes iteratively, each step followed by recovery training with KD
-from the unpruned input model (`recover_from: input`) or from the recipe's fine-tuned teacher (`teacher`: it
-must read the same token ids).
+from the unpruned input model (`recover_from: input`) or from the recipe's fine-tuned teacher (`teacher`). A
+teacher that reads other token ids (mpnet-base under minilm-l6: ids shifted by 4; another family) runs once on
+its own tokenization of the training set: KD needs only its logits, one row per sentence.
 """
 import shutil
 from pathlib import Path
@@ -40,10 +41,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     source = artifact.path if recover_from == "input" else ctx.teacher.path
-    if recover_from == "teacher" and recover_epochs > 0 and \
-            families.load_tokenizer(source).get_vocab() != tokenizer.get_vocab():
-        raise EdgekitError(f"prune.recover_from=teacher: the teacher {ctx.teacher.path} reads other token ids than "
-                           f"the model being pruned; use recover_from: input")
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
         heads = model.config.num_attention_heads
         if not 1 <= heads_per_layer <= heads:
@@ -57,6 +54,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
     teacher = families.load_model(source) if recover_epochs > 0 else None
+    if teacher is not None and (t_tok := families.load_tokenizer(source)).get_vocab() != tokenizer.get_vocab():
+        from edgekit.stages.distill import teacher_outputs
+
+        t_enc = data.encode(t_tok, ctx.splits.train, ctx.max_length)
+        teacher = torch.stack(teacher_outputs(teacher, t_enc, t_tok.pad_token_id, progress=ctx.progress)["logits"])
     for step in range(1, steps + 1):
         step_dir = out_dir / f"step-{step}"
         if (step_dir / "model" / "config.json").is_file():  # finished before a stop: resume after it
@@ -98,11 +100,15 @@ def save(model, tokenizer, path: Path) -> None:
 
 
 def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
-    """Recovery training: KD from `teacher` (the unpruned model or the recipe's teacher) plus hard-label CE."""
+    """Recovery training: KD from `teacher` (the unpruned model or the recipe's teacher, or that teacher's logits
+    for every training sentence) plus hard-label CE."""
     def loss_fn(m, b):
         inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
-        with torch.no_grad():
-            t = teacher(**inputs).logits
+        if torch.is_tensor(teacher):
+            t = teacher[b["index"]]
+        else:
+            with torch.no_grad():
+                t = teacher(**inputs).logits
         s = m(**inputs).logits
         return 0.5 * training.soft_label_kd(s, t, temperature) + 0.5 * F.cross_entropy(s, b["labels"])
 
