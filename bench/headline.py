@@ -179,14 +179,15 @@ def checks(recipe: str, row: dict) -> list:
 def gemm_flops(onnx_path) -> int:
     """2 * M * N * K summed over the MatMul / Gemm nodes of an FP32 graph, shapes inferred for 1 x 128 tokens."""
     import onnx
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from edgekit.stages.export import infer_shapes
 
     model = onnx.load(str(onnx_path))
     for graph_input in model.graph.input:
         for dim, value in zip(graph_input.type.tensor_type.shape.dim, (1, 128)):
             dim.ClearField("dim_param")
             dim.dim_value = value
-    model = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    model = infer_shapes(model)
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)}
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})

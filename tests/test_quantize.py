@@ -330,6 +330,25 @@ def test_uint8_weights_go_into_every_matmul_agree_with_fp32_and_are_only_for_onn
         quantize.run(fp32, tmp_path / "u4", ctx, weights="u4")
 
 
+def test_shape_inference_that_fails_leaves_nothing_in_the_current_folder(tmp_path, monkeypatch):
+    """ONNX Runtime saves a graph it cannot infer as sym_shape_infer_temp.onnx into the current folder."""
+    from onnx import TensorProto, helper
+
+    def graph(op, domain=""):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+        return helper.make_model(helper.make_graph([helper.make_node(op, ["x"], ["y"], domain=domain)], "g", [x],
+                                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+                                 opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example", 1)])
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    with pytest.raises(Exception, match="Incomplete symbolic shape inference"):
+        export.infer_shapes(graph("Mystery", "example"))  # an op it does not know
+    assert list((tmp_path / "cwd").iterdir()) == []
+    inferred = export.infer_shapes(graph("Relu"))
+    assert [d.dim_param or d.dim_value for d in inferred.graph.output[0].type.tensor_type.shape.dim] == ["n", 4]
+
+
 def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes_cannot_be_inferred(tmp_path,
                                                                                                    model_dir,
                                                                                                    monkeypatch):

@@ -1,7 +1,9 @@
 """export: a transformers folder -> ONNX, TFLite or TorchScript with a model.json sidecar, checked against the
 PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
+import contextlib
 import copy
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -347,6 +349,15 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
     os.replace(tmp, path)
 
 
+def infer_shapes(model):
+    """ONNX Runtime's symbolic shape inference (auto_merge), run from a scratch folder: where it cannot infer every
+    shape it raises, and first saves the graph as sym_shape_infer_temp.onnx into the current folder, the user's."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+
+
 def fixed_reshapes(path: Path, sample: tuple) -> int:
     """Give every Reshape whose output shape follows from its input's (by ONNX Runtime's symbolic shape inference)
     a constant target shape, 0 where a dimension is copied from the input and -1 for at most one other, then drop
@@ -356,12 +367,11 @@ def fixed_reshapes(path: Path, sample: tuple) -> int:
     match the original graph's on `sample` (ids, mask), its first row one token shorter and the sample twice over:
     other batch sizes and lengths than the traced ones; returns the count (0: left as is)."""
     import onnx
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     original = onnx.load(str(path))
     model = copy.deepcopy(original)
     try:  # auto_merge: the position table's Min(512, sequence) rows are the sequence's
-        inferred = SymbolicShapeInference.infer_shapes(original, auto_merge=True)
+        inferred = infer_shapes(original)
     except Exception:  # noqa: BLE001 - an optimisation only: the graph stays valid without it
         return 0
     dims = {v.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None
