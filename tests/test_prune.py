@@ -93,9 +93,8 @@ def test_recovery_distils_from_the_teacher_when_asked_also_one_with_other_token_
         prune.run(Artifact(model_dir, "hf"), tmp_path / "bad", ctx, recover_from="student")
 
 
-def test_recovery_on_teacher_logits_trains(model_dir, ctx, tmp_path):
-    """The logits path end to end: a real recovery from a teacher with other token ids moves the pruned weights."""
-    from edgekit import testing
+def test_recovery_on_teacher_logits_uses_each_sentences_own_row_and_trains(model_dir, ctx, tmp_path, monkeypatch):
+    from edgekit import testing, training
 
     ctx.teacher = Artifact(testing.make_model_dir(tmp_path / "teacher", "bert", layers=2, seed=1), "hf")
     shifted_ids(tmp_path / "teacher")
@@ -103,7 +102,17 @@ def test_recovery_on_teacher_logits_trains(model_dir, ctx, tmp_path):
     plain = families.load_model(prune.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, **kw).path)
     recovered = families.load_model(prune.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, recover_epochs=1.0,
                                               **kw).path)
-    assert not torch.equal(plain.classifier.weight, recovered.classifier.weight)
+    assert not torch.equal(plain.classifier.weight, recovered.classifier.weight)  # the real path runs and trains
+    # the KD target of a batch is the rows of its own sentences, in the batch's order
+    encoded = data.encode(families.load_tokenizer(model_dir), ctx.splits.train, 32)
+    logits = torch.randn(len(encoded), 2)
+    captured, targets = {}, []
+    monkeypatch.setattr(training, "train", lambda model, enc, loss_fn, **k: captured.update(loss_fn=loss_fn))
+    monkeypatch.setattr(training, "soft_label_kd", lambda s, t, temperature: targets.append(t) or s.sum() * 0)
+    prune.recover(plain, logits, encoded, tmp_path / "r", ctx, 1.0, 1e-3, 16, 2.0, 100, 0)
+    batch = next(data.batches([encoded[i] for i in (3, 0, 5)], 3, 0)) | {"index": [3, 0, 5]}
+    captured["loss_fn"](plain, batch)
+    assert torch.equal(targets[0], logits[[3, 0, 5]])
 
 
 def test_vocab_pruning_keeps_outputs_on_seen_tokens(model_dir, ctx):
