@@ -54,7 +54,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
     teacher = families.load_model(source) if recover_epochs > 0 else None
-    if teacher is not None and (t_tok := families.load_tokenizer(source)).get_vocab() != tokenizer.get_vocab():
+    if teacher is not None and recover_from == "teacher" and \
+            (t_tok := families.load_tokenizer(source)).get_vocab() != tokenizer.get_vocab():
         from edgekit.stages.distill import teacher_outputs
 
         t_enc = data.encode(t_tok, ctx.splits.train, ctx.max_length)
