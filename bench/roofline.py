@@ -61,8 +61,9 @@ def main(argv=None):
     ap.add_argument("--runs", dest="timed", type=int, default=100, help="timed runs per model per round")
     ap.add_argument("--out", type=Path, default=Path("bench/results/roofline.json"))
     a = ap.parse_args(argv)
-    todo = [m for run in a.runs for m in models(run)]
-    lite = [m for run in a.runs for m in tflite_models(run)]
+    labels = run_labels(a.runs)
+    todo = [m for run, label in zip(a.runs, labels) for m in models(run, label)]
+    lite = [m for run, label in zip(a.runs, labels) for m in tflite_models(run, label)]
     sessions = [session(model) for _, model, _ in todo]
     lite_runs = [tflite_runner(model) for _, model in lite]
     flops = [headline.gemm_flops(graph) for _, _, graph in todo]
@@ -97,10 +98,15 @@ def main(argv=None):
     print(markdown(result))
 
 
-def models(run: Path) -> list:
-    """(label, ONNX file, its FP32 graph) for the peer and every final ONNX artifact of `run`."""
+def run_labels(runs: list) -> list:
+    """Each run's recipe name, with the run's folder name beside it where two runs share a recipe."""
+    names = [json.loads((run / "manifest.json").read_text())["recipe"]["name"] for run in runs]
+    return [f"{n} ({run.name})" if names.count(n) > 1 else n for n, run in zip(names, runs)]
+
+
+def models(run: Path, name: str) -> list:
+    """(label, ONNX file, its FP32 graph) for the peer and every final ONNX artifact of `run`, labelled `name`."""
     manifest = json.loads((run / "manifest.json").read_text())
-    name = manifest["recipe"]["name"]
     peer, teacher = run / "headline" / "teacher-int8" / "model.onnx", run / "headline" / "teacher-fp32" / "model.onnx"
     if not peer.is_file() or not teacher.is_file():
         sys.exit(f"roofline: {run} has no headline/teacher-int8 or teacher-fp32; run bench/headline.py {run} first")
@@ -111,10 +117,10 @@ def models(run: Path) -> list:
         for names, art in headline.distinct_finals(manifest, run) if art.kind == "onnx"]
 
 
-def tflite_models(run: Path) -> list:
-    """(label, .tflite file) for every final TFLite artifact of `run` (its FLOPs are counted in the file)."""
+def tflite_models(run: Path, name: str) -> list:
+    """(label, .tflite file) for every final TFLite artifact of `run`, labelled `name` (FLOPs counted in the file)."""
     manifest = json.loads((run / "manifest.json").read_text())
-    return [(f"{manifest['recipe']['name']}: edgekit {names}", Path(art.path))
+    return [(f"{name}: edgekit {names}", Path(art.path))
             for names, art in headline.distinct_finals(manifest, run) if art.kind == "tflite"]
 
 

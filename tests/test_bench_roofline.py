@@ -100,3 +100,11 @@ def test_perf_samples_of_litert_kernels_are_grouped_by_the_kind_of_work():
     text = roofline.tflite_markdown([{"model": "tiny: edgekit x86-tflite", "p50_ms": 2.0, "roofline_ratio": 1.6,
                                       "roofline_ms": 1.25, "groups_ms": {g: 2.0 * v / 68 for g, v in shares.items()}}])
     assert "| tiny: edgekit x86-tflite | 2.00 | 1.60 | 1.25 | 1.46 | 0.14 |" in text  # (50 + 2 + 10) / 68 of 2 ms
+
+
+def test_runs_of_one_recipe_are_told_apart_by_their_folder(tmp_path):
+    for run, name in (("a", "edge-small"), ("b", "edge-small"), ("c", "edge-base")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "manifest.json").write_text(json.dumps({"recipe": {"name": name}}))
+    labels = roofline.run_labels([tmp_path / "a", tmp_path / "b", tmp_path / "c"])
+    assert labels == ["edge-small (a)", "edge-small (b)", "edge-base"]
