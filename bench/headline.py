@@ -261,6 +261,11 @@ def gemm_peak() -> dict:
                     else f"no theoretical figure: {isa or 'this CPU'} has no one-instruction INT8 multiply-add")}
 
 
+def run_label(recipe: str, run, names: list) -> str:
+    """The recipe's name, with the run's folder beside it where two of `names` are this recipe: which is which."""
+    return recipe if names.count(recipe) == 1 else f"{recipe} ({Path(run).name})"
+
+
 def plot(recipes: list, path: Path) -> None:
     import matplotlib
 
@@ -270,8 +275,7 @@ def plot(recipes: list, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     names = [r["recipe"] for r in recipes]
     for recipe, colour in zip(recipes, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        label = recipe["recipe"] if names.count(recipe["recipe"]) == 1 else \
-            f"{recipe['recipe']} ({Path(recipe['run']).name})"  # two runs of one recipe: which is which
+        label = run_label(recipe["recipe"], recipe["run"], names)
         ax.scatter([], [], s=40, color=colour, label=label)
         for r in recipe["rows"]:
             ours = r["model"].startswith("edgekit")
