@@ -46,7 +46,7 @@ def test_edge_small_chains_every_stage_on_real_assets(tmp_path):
     assert done.returncode in (0, 3), done.stderr[-2000:]
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
     prune = next(s for s in m["stages"] if s["name"] == "prune")["metrics"]
-    assert prune["heads_kept"] == [3, 3, 3] and prune["ffn_kept"] == [384] * 3 and prune["embedding_rank"] == 128
+    assert prune["heads_kept"] == [3, 3, 3] and prune["ffn_kept"] == [256] * 3 and prune["embedding_rank"] == 128
     assert set(m["final"]["outputs"]) == {"x86-onnx", "x86-tflite", "arm64-onnx", "arm64-tflite"}
     exported = tmp_path / "run" / "04-export"
     rewrites = ["first_token_last_layer", "fused_qkv", "additive_mask"]
