@@ -6,7 +6,7 @@ validation split (what a choice between widths may be made on), on test and on v
 file's accuracy kept on test (the run's own evaluate stage), and its p50 at 1 x 128 tokens on 1 thread in
 interleaved rounds (the order reversed every other round), as a ratio to the first run's p50 in the same round.
 
-    python bench/shapes.py artifacts/es-aug-h3f384 artifacts/es-r-3x256 ... [--rounds 7] [--runs 200]
+    python bench/shapes.py artifacts/es-aug-h3f384 artifacts/es-r-3x256 ... [--rounds 7] [--runs-per-round 200]
 
 Writes bench/results/shapes.json and .md (or --out PATH.json and PATH.md).
 """
@@ -63,21 +63,20 @@ def main(argv=None):
         sys.exit(f"bench/shapes.py: {e}")
     p50 = [[] for _ in rows]
     for n in tqdm(range(args.rounds), desc="rounds", unit="round"):
-        order = list(range(len(rows))) if n % 2 == 0 else list(range(len(rows)))[::-1]
-        for i in order:
+        for i in range(len(rows)) if n % 2 == 0 else reversed(range(len(rows))):
             p50[i].append(roofline.p50_ms(roofline.session(Path(rows[i]["run"]) / FINAL), args.timed))
     for row, times in zip(rows, p50):
         row["p50_ms_by_round"] = [round(t, 3) for t in times]
         row["p50_ms"] = round(statistics.median(times), 3)
         row["ratio_to_first"] = round(statistics.median(t / b for t, b in zip(times, p50[0])), 3)
-    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds, "runs_per_round": args.timed, "rows": rows,
-              "json": str(args.out)}
+    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
+              "runs_per_round": args.timed, "rows": rows, "json": str(args.out)}
     write_json(args.out, result)
-    md = args.out.with_suffix(".md")
+    text, md = markdown(result), args.out.with_suffix(".md")
     tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text(markdown(result))
+    tmp.write_text(text)
     tmp.replace(md)
-    print(markdown(result))
+    print(text)
 
 
 def markdown(result: dict) -> str:

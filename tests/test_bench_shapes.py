@@ -23,7 +23,7 @@ def test_markdown_names_uniform_and_per_layer_widths():
     assert "3.00 (2.90-3.10)" in text and "0.8000 (97.5%)" in text
 
 
-def test_unfinished_run_is_refused_in_one_line(tmp_path, capsys):
+def test_unfinished_run_is_refused_in_one_line(tmp_path):
     (tmp_path / "run").mkdir()
     with pytest.raises(SystemExit) as e:
         shapes.main([str(tmp_path / "run"), str(tmp_path / "run")])
