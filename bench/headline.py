@@ -335,8 +335,9 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS before the runs ({peak['how']}; by shape: "
              f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
-             f"{peak.get('int8_isa') or '?'}, "
-             f"theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops'] or 'not stated'} GOPS. "
+             f"{peak.get('int8_isa') or '?'}"
+             + (f", theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops']} GOPS. "
+                if peak.get("theoretical_gops") else ". ") +
              f"Measured again before every latency round (per recipe: "
              f"{'; '.join(str(r['recipe']) + ' ' + fmt_peaks(r.get('peak_gops_by_round')) for r in result['recipes'])}); "
              f"`x roofline` = the median over rounds of p50 / (GEMM FLOPs at 128 tokens / that round's peak), "

@@ -108,3 +108,15 @@ def test_runs_of_one_recipe_are_told_apart_by_their_folder(tmp_path):
         (tmp_path / run / "manifest.json").write_text(json.dumps({"recipe": {"name": name}}))
     labels = roofline.run_labels([tmp_path / "a", tmp_path / "b", tmp_path / "c"])
     assert labels == ["edge-small (a)", "edge-small (b)", "edge-base"]
+
+
+@pytest.mark.parametrize("theoretical", [None, 588.8])
+def test_headline_states_the_theoretical_peak_only_where_there_is_one(theoretical):
+    import headline
+    peak = {"measured_gops": 190.0, "how": "fastest MatMulInteger", "by_shape_gops": {}, "cpu": "X",
+            "int8_isa": "AVX-512 VNNI", "clock_mhz": 2300.0, "theoretical_gops": theoretical}
+    text = headline.markdown({"peak": peak, "at": "now", "threads": 1, "rounds": 3, "runs_per_round": 50,
+                              "recipes": []}, "bench/results/headline.json")
+    assert "not stated" not in text and "None" not in text
+    assert ("theoretical at 2300 MHz: 588.8 GOPS." in text) == (theoretical is not None)
+    assert "INT8 instructions: AVX-512 VNNI" in text
