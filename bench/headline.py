@@ -324,6 +324,8 @@ def fmt_peaks(peaks) -> str:
 
 def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png") -> str:
     peak = result["peak"]
+    theoretical = (f", theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops']} GOPS"
+                   if peak.get("theoretical_gops") else "")
     roofline = Path(json_path).name.replace("headline", "roofline").replace(".json", ".md")  # written beside it
     lines = ["# Results: edgekit's edge recipes against their teachers and the usual INT8 path", "",
              f"Measured {result['at']} on this machine by `python bench/headline.py` (raw numbers: `{json_path}`). "
@@ -335,9 +337,7 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS before the runs ({peak['how']}; by shape: "
              f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
-             f"{peak.get('int8_isa') or '?'}"
-             + (f", theoretical at {peak['clock_mhz']:.0f} MHz: {peak['theoretical_gops']} GOPS. "
-                if peak.get("theoretical_gops") else ". ") +
+             f"{peak.get('int8_isa') or '?'}{theoretical}. "
              f"Measured again before every latency round (per recipe: "
              f"{'; '.join(str(r['recipe']) + ' ' + fmt_peaks(r.get('peak_gops_by_round')) for r in result['recipes'])}); "
              f"`x roofline` = the median over rounds of p50 / (GEMM FLOPs at 128 tokens / that round's peak), "
