@@ -1,7 +1,8 @@
-"""Which pruned width meets the latency target: runs of one recipe that differ only in the prune stage's heads and
-FFN neurons (each re-run from the same distilled student), set side by side in one run on this machine.
+"""Which pruned width meets the latency target: runs of one recipe that differ only in the prune stage's heads,
+FFN neurons and hidden width (each re-run from the same distilled student), set side by side in one run on this
+machine.
 
-For each run: heads x FFN neurons per layer, GEMM GFLOP at 128 tokens, the pruned model's FP32 accuracy on the
+For each run: heads x FFN neurons per layer and the residual stream's width, GEMM GFLOP at 128 tokens, the pruned model's FP32 accuracy on the
 validation split (what a choice between widths may be made on), on test and on vader-amazon, the INT8 x86 ONNX
 file's accuracy kept on test (the run's own evaluate stage), and its p50 at 1 x 128 tokens on 1 thread in
 interleaved rounds (the order reversed every other round), as a ratio to the first run's p50 in the same round.
@@ -35,12 +36,14 @@ def describe(run: Path, splits, ood: list) -> dict:
         if not (run / part).is_file():
             raise EdgekitError(f"{run}: no {part}; give run folders whose prune, export, quantize and evaluate "
                                f"stages have finished")
-    shapes = json.loads((run / "03-prune/model/config.json").read_text())["edgekit_shapes"]
+    config = json.loads((run / "03-prune/model/config.json").read_text())
+    shapes = config["edgekit_shapes"]
     kept = json.loads((run / "06-evaluate/metrics.json").read_text())["x86-onnx"]
     model = runtime.load(run / "03-prune/model")
     fp32 = {k: accuracy(model, ex, 64, False, k) for k, ex in
             (("validation", splits.validation), ("test", splits.test), ("vader_amazon", ood))}
     return {"run": str(run), "heads": shapes["heads"], "ffn": shapes["ffn"],
+            "hidden": shapes.get("hidden", config["hidden_size"]),
             "gemm_gflop_128": round(headline.gemm_flops(run / "04-export/onnx/model.onnx") / 1e9, 3),
             "fp32": fp32, "int8_test": kept["accuracy"], "kept_test": kept["accuracy_retained"],
             "kept_test_interval": kept["accuracy_retained_interval"]}
@@ -86,14 +89,14 @@ def markdown(result: dict) -> str:
              f"the pruned model before export; `INT8 test (kept)`: the run's x86 ONNX file in its evaluate stage. "
              f"p50: 1 x 128 tokens, 1 thread, median of {result['rounds']} interleaved rounds of "
              f"{result['runs_per_round']} runs; `x first`: the median per-round ratio to the first row.", "",
-             "| run | heads x FFN | GEMM GFLOP | validation FP32 | test FP32 | vader-amazon FP32 | INT8 test (kept) "
+             "| run | heads x FFN | hidden | GEMM GFLOP | validation FP32 | test FP32 | vader-amazon FP32 | INT8 test (kept) "
              "| p50 ms (rounds' range) | x first |",
-             "|---|---|---:|---:|---:|---:|---|---|---:|"]
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in result["rows"]:
         shape = f"{r['heads'][0]} x {r['ffn'][0]}" if len(set(r["heads"])) == len(set(r["ffn"])) == 1 \
             else f"{r['heads']} x {r['ffn']}"
         times = r["p50_ms_by_round"]
-        lines.append(f"| {Path(r['run']).name} | {shape} | {r['gemm_gflop_128']:.3f} | {r['fp32']['validation']:.4f} "
+        lines.append(f"| {Path(r['run']).name} | {shape} | {r.get('hidden', '?')} | {r['gemm_gflop_128']:.3f} | {r['fp32']['validation']:.4f} "
                      f"| {r['fp32']['test']:.4f} | {r['fp32']['vader_amazon']:.4f} | {r['int8_test']:.4f} "
                      f"({r['kept_test']:.1%}) | {r['p50_ms']:.2f} ({min(times):.2f}-{max(times):.2f}) "
                      f"| {r['ratio_to_first']:.2f} |")

@@ -151,10 +151,13 @@ def apply_shapes(model, shapes: dict):
         project = torch.nn.Linear(rank, embedding.embedding_dim, bias=False) if rank else None
         model.set_input_embeddings(RemappedEmbedding(torch.zeros(embedding.num_embeddings, dtype=torch.long), small,
                                                      project))
+    if "hidden" in shapes:
+        narrow_hidden(model, torch.arange(shapes["hidden"]))  # shapes only: the weights load afterwards
     if "heads" not in shapes:
         return
     fam = family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
+    width = hidden_width(model.config)
     blocks = layers(model)
     if len(shapes["heads"]) != len(blocks) or len(shapes["ffn"]) != len(blocks):
         raise EdgekitError(f"edgekit_shapes lists {len(shapes['heads'])} layers, the model has {len(blocks)}; "
@@ -162,12 +165,77 @@ def apply_shapes(model, shapes: dict):
     for i, block in enumerate(blocks):
         heads, ffn = shapes["heads"][i], shapes["ffn"][i]
         for name in ("q", "k", "v"):
-            replace_module(block, fam[name], torch.nn.Linear(model.config.hidden_size, heads * head_dim))
-        replace_module(block, fam["o"], torch.nn.Linear(heads * head_dim, model.config.hidden_size))
-        replace_module(block, fam["ffn_in"], torch.nn.Linear(model.config.hidden_size, ffn))
-        replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, model.config.hidden_size))
+            replace_module(block, fam[name], torch.nn.Linear(width, heads * head_dim))
+        replace_module(block, fam["o"], torch.nn.Linear(heads * head_dim, width))
+        replace_module(block, fam["ffn_in"], torch.nn.Linear(width, ffn))
+        replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, width))
         if fam.get("bias_heads"):
             keep_bias_heads(block.get_submodule(fam["bias_heads"]), list(range(heads)))  # indices load with weights
+
+
+def hidden_width(config) -> int:
+    """The width of the residual stream: `hidden_size`, or less after hidden-width pruning (the config keeps its
+    nominal hidden_size and head count, which fix the head width)."""
+    return (getattr(config, "edgekit_shapes", None) or {}).get("hidden", config.hidden_size)
+
+
+HIDDEN_FAMILIES = ("bert", "roberta", "electra")
+
+
+def hidden_parts(model) -> dict:
+    """Module paths of a BERT-like model that touch the residual stream, for hidden-width pruning: embedding tables
+    (columns), LayerNorms, Linears that read it (input columns) and Linears that write it (output rows). The
+    classifier's first Linear reads it and keeps its own width."""
+    if model.config.model_type not in HIDDEN_FAMILIES:
+        raise EdgekitError(f"prune.hidden_keep: hidden-width pruning supports {', '.join(HIDDEN_FAMILIES)}, not "
+                           f"{model.config.model_type}; leave hidden_keep at 1")
+    fam, base = family(model.config), model.base_model_prefix
+    parts = {"tables": [], "norms": [], "readers": [], "writers": []}
+    if hasattr(model.base_model, "embeddings_project"):  # ELECTRA with narrower embeddings: the stream starts here
+        parts["writers"].append(f"{base}.embeddings_project")
+    else:
+        parts["tables"] += [f"{base}.embeddings.{t}_embeddings" for t in ("word", "position", "token_type")]
+        parts["norms"].append(f"{base}.embeddings.LayerNorm")
+    for i in range(len(layers(model))):
+        p = f"{fam['layers']}.{i}."
+        parts["readers"] += [p + fam[n] for n in ("q", "k", "v", "ffn_in")]
+        parts["writers"] += [p + fam["o"], p + fam["ffn_out"]]
+        parts["norms"] += [p + "attention.output.LayerNorm", p + "output.LayerNorm"]
+    parts["readers"].append(f"{base}.pooler.dense" if base == "bert" else "classifier.dense")
+    return parts
+
+
+def narrow_hidden(model, dims) -> None:
+    """Keep residual-stream dimensions `dims` (sorted indices) in every module that touches it."""
+    def narrow(m):
+        if isinstance(m, RemappedEmbedding):
+            return RemappedEmbedding(m.remap, m.embedding, linear_slice(m.project, dims, out=True)) \
+                if m.project is not None else RemappedEmbedding(m.remap, narrow(m.embedding))
+        if isinstance(m, torch.nn.Embedding):
+            new = torch.nn.Embedding(m.num_embeddings, len(dims), padding_idx=m.padding_idx)
+            new.weight.data.copy_(m.weight.detach()[:, dims])
+        else:
+            new = torch.nn.LayerNorm(len(dims), eps=m.eps)
+            new.weight.data.copy_(m.weight.detach()[dims])
+            new.bias.data.copy_(m.bias.detach()[dims])
+        return new
+
+    parts = hidden_parts(model)
+    for path in parts["tables"] + parts["norms"]:
+        replace_module(model, path, narrow(model.get_submodule(path)))
+    for kind, out in (("readers", False), ("writers", True)):
+        for path in parts[kind]:
+            replace_module(model, path, linear_slice(model.get_submodule(path), dims, out=out))
+
+
+def linear_slice(linear, index, out: bool):
+    """A new Linear keeping output rows (out=True) or input columns (out=False) at `index`."""
+    weight = linear.weight.detach()[index] if out else linear.weight.detach()[:, index]
+    new = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None)
+    new.weight.data.copy_(weight)
+    if linear.bias is not None:
+        new.bias.data.copy_(linear.bias.detach()[index] if out else linear.bias.detach())
+    return new
 
 
 def keep_bias_heads(attention, heads: list) -> None:

@@ -152,6 +152,7 @@ def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model
 @pytest.mark.parametrize("settings, message", [
     ({"heads_keep": 0.0}, "must be a fraction in \\(0, 1\\]"),
     ({"ffn_keep": 1.5}, "must be a fraction"),
+    ({"hidden_keep": 0.0}, "prune.hidden_keep=0.0: each must be a fraction"),
     ({"importance": "taylor"}, "importance is gradient or magnitude"),
     ({"steps": 0}, "steps >= 1"),
     ({"heads_per_layer": 5}, "this model has 4 heads per layer; give 1..4"),
@@ -198,3 +199,73 @@ def test_a_stop_while_a_step_is_saved_leaves_nothing_resume_trusts(model_dir, ct
     monkeypatch.setattr(families, "save_model", real)
     out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, **settings)  # resumes, step 1 redone
     assert out.metrics["heads_kept"] == [2] * 4 and families.load_model(out.path) is not None
+
+
+def silence_dim(model, d):
+    """Residual-stream dimension d reads 0 everywhere: every LayerNorm that writes the stream outputs 0 there."""
+    with torch.no_grad():
+        for path in families.hidden_parts(model)["norms"]:
+            norm = model.get_submodule(path)
+            norm.weight[d], norm.bias[d] = 0.0, 0.0
+
+
+def test_hidden_importance_ranks_a_silenced_dimension_last_and_pruning_removes_it(model_dir, ctx):
+    model = families.load_model(model_dir)
+    silence_dim(model, 5)
+    tok = families.load_tokenizer(model_dir)
+    scores = prune.gradient_importance(model, data.encode(tok, ctx.splits.train, 32), 0, 4, 16, hidden=True)
+    assert scores["hidden"].shape == (32,) and scores["hidden"][5] == 0 and (scores["hidden"] > 0).sum() == 31
+    shapes = prune.prune_model(model, 1.0, 1.0, scores, hidden_keep=0.75)
+    assert shapes["hidden"] == 24 and families.hidden_width(model.config) == 24
+    block = model.bert.encoder.layer[0]
+    assert block.attention.self.query.in_features == 24 and block.output.dense.out_features == 24
+    assert model.bert.embeddings.position_embeddings.weight.shape == (128, 24)
+    assert model.bert.pooler.dense.weight.shape == (32, 24) and model.classifier.in_features == 32
+    with torch.no_grad():  # the silent dimension went: no kept LayerNorm has an all-zero gamma entry
+        assert all((model.get_submodule(p).weight != 0).all() for p in families.hidden_parts(model)["norms"])
+        assert torch.isfinite(model(input_ids=torch.tensor([[2, 10, 12, 3]])).logits).all()
+
+
+def test_hidden_pruning_with_heads_steps_and_vocab_reloads_and_exports(model_dir, ctx, tmp_path):
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, ffn_keep=0.5, hidden_keep=0.5,
+                    steps=2, recover_epochs=1.0, lr=1e-3, batch_size=16, importance_batches=4, vocab=True,
+                    embedding_rank=8)
+    assert out.metrics["hidden_kept"] == 16 and out.metrics["heads_kept"] == [2] * 4
+    reloaded = families.load_model(out.path)
+    emb = reloaded.get_input_embeddings()
+    assert emb.weight.shape == (out.metrics["vocab_kept"], 8) and emb.project.weight.shape == (16, 8)
+    assert reloaded.bert.encoder.layer[3].attention.self.query.weight.shape == (2 * 8, 16)  # head width stays 8
+    onnx = export.run(out, tmp_path / "onnx", ctx, check_sentences=32)
+    assert onnx.metrics["label_agreement"] == 1.0 and onnx.metrics["max_abs_diff"] < 1e-4
+    texts = ["the movie was good", "zzzz qqqq awful"]
+    assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
+
+
+@pytest.mark.parametrize("family_name", ["roberta", "electra"])
+def test_hidden_pruning_of_other_families_reloads_the_same_model(tmp_path, family_name):
+    from edgekit.testing import make_model_dir
+
+    model = families.load_model(make_model_dir(tmp_path / "m", family_name))
+    prune.prune_model(model, 0.5, 0.5, hidden_keep=0.75)
+    width = 24
+    if family_name == "electra":  # 128-wide embeddings, projected into the stream: the projection narrows
+        assert model.electra.embeddings_project.out_features == width
+        assert model.electra.embeddings.LayerNorm.normalized_shape == (128,)
+    else:
+        assert model.roberta.embeddings.LayerNorm.normalized_shape == (width,)
+    assert model.classifier.dense.in_features == width
+    ids = torch.tensor([[2, 10, 12, 5, 3]])
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path / "p")
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "p")(input_ids=ids).logits, expected, atol=1e-6)
+
+
+def test_hidden_pruning_refuses_a_family_it_does_not_cover_before_any_work(tmp_path, ctx):
+    from edgekit.testing import make_model_dir
+
+    with pytest.raises(EdgekitError, match="hidden-width pruning supports bert, roberta, electra, not mpnet; leave "
+                                           "hidden_keep at 1"):
+        prune.run(Artifact(make_model_dir(tmp_path / "mp", "mpnet"), "hf"), tmp_path / "p", ctx, hidden_keep=0.5)
+    assert not (tmp_path / "p").exists()

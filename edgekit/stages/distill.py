@@ -88,7 +88,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     if s_tok is not t_tok and not tokens_align(s_tok, t_tok, s_enc, t_enc):
         notes["token_losses"] = "off: the tokenizations differ; logit KD, CE and PKD only"
         weights.update({k: 0.0 for k in TOKEN_LEVEL})
-    widths = (model.config.hidden_size, teacher.config.hidden_size)
+    widths = (families.hidden_width(model.config), families.hidden_width(teacher.config))
     proj_emb = losses.projection(*widths, projection, "distill.embedding", ctx.seed) if weights["embedding"] else None
     proj_hid = losses.projection(*widths, projection, "distill.hidden/pkd/cosine", ctx.seed + 1) \
         if any(weights[k] for k in ("hidden", "pkd", "cosine")) else None
@@ -233,7 +233,7 @@ class TeacherView:
     def __init__(self, teacher, encoded: list, pad_id: int, need: dict, cache: bool, cache_mb: int, progress: bool):
         self.teacher, self.encoded, self.pad_id, self.need = teacher, encoded, pad_id, need
         lengths = [len(ids) for ids, _ in encoded]
-        width, heads = teacher.config.hidden_size, teacher.config.num_attention_heads
+        width, heads = families.hidden_width(teacher.config), teacher.config.num_attention_heads
         inter_mb = (sum(lengths) * width * len(need["hidden"])
                     + sum(n * n for n in lengths) * heads * len(need["attention"])) * 2 / 1e6
         keep_inter = cache and inter_mb <= cache_mb

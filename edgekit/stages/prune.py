@@ -23,13 +23,13 @@ REVISION = 2  # 2: word pieces outside the kept vocabulary read as [UNK] (they r
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
-        heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
+        hidden_keep: float = 1.0, heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
         importance_batches: int = 32, ffn_multiple: int = 64,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input") -> Artifact:
-    if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1:
-        raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}: each must be a fraction in (0, 1]; "
-                           f"a layer always keeps at least one head")
+    if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1 or not 0 < hidden_keep <= 1:
+        raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}, prune.hidden_keep={hidden_keep}: "
+                           f"each must be a fraction in (0, 1]; a layer always keeps at least one head")
     if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
         raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
     if not isinstance(ffn_multiple, int) or ffn_multiple < 1:
@@ -40,6 +40,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                            f"(from the fine-tuned teacher)")
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
+    if hidden_keep < 1:
+        families.hidden_parts(model)  # a family it supports, before any work
     source = artifact.path if recover_from == "input" else ctx.teacher.path
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
         heads = model.config.num_attention_heads
@@ -65,10 +67,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         if (step_dir / "model" / "config.json").is_file():  # finished before a stop: resume after it
             model = families.load_model(step_dir / "model")
             continue
-        scores = gradient_importance(model, encoded, tokenizer.pad_token_id, importance_batches, batch_size) \
-            if importance == "gradient" else None
+        scores = gradient_importance(model, encoded, tokenizer.pad_token_id, importance_batches, batch_size,
+                                     hidden=hidden_keep < 1) if importance == "gradient" else None
         shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope,
-                             ffn_multiple)
+                             ffn_multiple, hidden_keep ** (step / steps))
         if teacher is not None:
             recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
@@ -81,6 +83,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     shapes = model.config.edgekit_shapes
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
+                                              **({"hidden_kept": shapes["hidden"]} if "hidden" in shapes else {}),
                                               **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {}),
                                               **({"embedding_rank": embedding_rank} if embedding_rank else {}),
                                               "processes": training.distributed()[1]})
@@ -118,9 +121,11 @@ def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, tempe
                    desc="prune recovery", progress=ctx.progress)
 
 
-def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_size: int) -> dict:
+def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_size: int, hidden: bool = False) -> dict:
     """Per layer: |sum over tokens of activation * gradient| per head (input of the attention output projection)
-    and per FFN neuron (input of the FFN output projection), summed over examples of the training set."""
+    and per FFN neuron (input of the FFN output projection), summed over examples of the training set. With
+    `hidden`, the same per residual-stream dimension, its activation * gradient summed over every point that
+    writes the stream (each LayerNorm output), as one mask on that dimension would see it (CoFi's hidden mask)."""
     fam = families.family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     blocks = list(families.layers(model))
@@ -131,14 +136,25 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
                 args[0].retain_grad()
                 captured[key] = args[0]
             hooks.append(block.get_submodule(fam[part]).register_forward_pre_hook(keep))
+    stream = []
+    if hidden:
+        parts = families.hidden_parts(model)
+        writers = parts["norms"] + [p for p in parts["writers"] if p.endswith("embeddings_project")]
+
+        def keep_out(module, args, out):
+            out.retain_grad()
+            stream.append(out)
+        hooks += [model.get_submodule(p).register_forward_hook(keep_out) for p in writers]
     heads = [torch.zeros(b.get_submodule(fam["o"]).in_features // head_dim) for b in blocks]
     neurons = [torch.zeros(b.get_submodule(fam["ffn_out"]).in_features) for b in blocks]
+    dims = torch.zeros(families.hidden_width(model.config))
     was_training = model.training
     model.eval()  # no dropout: importance of the model as it will run
     try:
         for n, batch in enumerate(data.batches(encoded, batch_size, pad_id, shuffle=True, seed=17)):
             if n >= batches:
                 break
+            stream.clear()
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             F.cross_entropy(logits, batch["labels"]).backward()
             for i in range(len(blocks)):
@@ -146,15 +162,17 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
                 per_head = (ctx_ * ctx_.grad).reshape(*ctx_.shape[:2], -1, head_dim).sum((1, 3))
                 heads[i] += per_head.abs().sum(0).detach()
                 neurons[i] += (ffn * ffn.grad).sum(1).abs().sum(0).detach()
+            if stream:
+                dims += sum((t * t.grad).sum(1) for t in stream).abs().sum(0).detach()
             model.zero_grad(set_to_none=True)
     finally:
         for h in hooks:
             h.remove()
         model.train(was_training)
-    return {"heads": heads, "ffn": neurons}
+    return {"heads": heads, "ffn": neurons, **({"hidden": dims} if hidden else {})}
 
 
-def magnitude_importance(model) -> dict:
+def magnitude_importance(model, hidden: bool = False) -> dict:
     fam = families.family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     heads, neurons = [], []
@@ -165,7 +183,14 @@ def magnitude_importance(model) -> dict:
         heads.append(score + o.weight.detach().view(o.out_features, n_heads, head_dim).pow(2).sum((0, 2)))
         ffn_in, ffn_out = block.get_submodule(fam["ffn_in"]), block.get_submodule(fam["ffn_out"])
         neurons.append(ffn_in.weight.detach().pow(2).sum(1) + ffn_out.weight.detach().pow(2).sum(0))
-    return {"heads": heads, "ffn": neurons}
+    scores = {"heads": heads, "ffn": neurons}
+    if hidden:  # the squared weights along each residual-stream dimension, over every module that touches it
+        parts = families.hidden_parts(model)
+        get = model.get_submodule
+        scores["hidden"] = sum(get(p).weight.detach().pow(2) for p in parts["norms"]) \
+            + sum(get(p).weight.detach().pow(2).sum(0) for p in parts["readers"]) \
+            + sum(get(p).weight.detach().pow(2).sum(1) for p in parts["writers"])
+    return scores
 
 
 def keep_counts(scores: list, fraction: float, original: int, scope: str, multiple: int = 1) -> list:
@@ -185,30 +210,37 @@ def keep_counts(scores: list, fraction: float, original: int, scope: str, multip
 
 
 def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, scope: str = "layer",
-                ffn_multiple: int = 1) -> dict:
-    """Keep the most important heads and FFN neurons of every layer (fractions of the original config). FFN
-    widths round up to a multiple of `ffn_multiple`: INT8 GEMM kernels work in column tiles (XNNPACK's AVX512-VNNI
-    kernel is 5 x 64), and a width that is not a multiple of the tile pays for the tile's padding anyway (measured
-    on edge-small's TFLite file: 538 -> 576 neurons, 7% more FLOPs, 1.3% more time)."""
+                ffn_multiple: int = 1, hidden_keep: float = 1.0) -> dict:
+    """Keep the most important heads and FFN neurons of every layer (fractions of the original config), and with
+    `hidden_keep` < 1 the most important residual-stream dimensions in every module that touches the stream. FFN
+    and hidden widths round up to a multiple of `ffn_multiple`: INT8 GEMM kernels work in column tiles (XNNPACK's
+    AVX512-VNNI kernel is 5 x 64), and a width that is not a multiple of the tile pays for the tile's padding anyway
+    (measured on edge-small's TFLite file: 538 -> 576 neurons, 7% more FLOPs, 1.3% more time)."""
     fam = families.family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
-    scores = scores or magnitude_importance(model)
+    if scores is None or (hidden_keep < 1 and "hidden" not in scores):
+        scores = {**magnitude_importance(model, hidden=hidden_keep < 1), **(scores or {})}
     n_heads = keep_counts(scores["heads"], heads_keep, model.config.num_attention_heads, scope)
     n_ffn = keep_counts(scores["ffn"], ffn_keep, families.ffn_size(model.config), scope, ffn_multiple)
     shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, heads=[], ffn=[])
+    cut = families.linear_slice
     for block, head_score, ffn_score, h, f in zip(families.layers(model), scores["heads"], scores["ffn"], n_heads, n_ffn):
         heads = sorted(head_score.topk(h).indices.tolist())
         rows = torch.tensor([x * head_dim + j for x in heads for j in range(head_dim)])
         for name in ("q", "k", "v"):
-            families.replace_module(block, fam[name], _slice(block.get_submodule(fam[name]), rows, out=True))
-        families.replace_module(block, fam["o"], _slice(block.get_submodule(fam["o"]), rows, out=False))
+            families.replace_module(block, fam[name], cut(block.get_submodule(fam[name]), rows, out=True))
+        families.replace_module(block, fam["o"], cut(block.get_submodule(fam["o"]), rows, out=False))
         if fam.get("bias_heads"):
             families.keep_bias_heads(block.get_submodule(fam["bias_heads"]), heads)
         neurons = ffn_score.topk(f).indices.sort().values
-        families.replace_module(block, fam["ffn_in"], _slice(block.get_submodule(fam["ffn_in"]), neurons, out=True))
-        families.replace_module(block, fam["ffn_out"], _slice(block.get_submodule(fam["ffn_out"]), neurons, out=False))
+        for name, out in (("ffn_in", True), ("ffn_out", False)):
+            families.replace_module(block, fam[name], cut(block.get_submodule(fam[name]), neurons, out=out))
         shapes["heads"].append(len(heads))
         shapes["ffn"].append(len(neurons))
+    if hidden_keep < 1:
+        width = keep_counts([scores["hidden"]], hidden_keep, model.config.hidden_size, "layer", ffn_multiple)[0]
+        families.narrow_hidden(model, scores["hidden"].topk(width).indices.sort().values)
+        shapes["hidden"] = width
     model.config.edgekit_shapes = shapes
     return shapes
 
@@ -247,13 +279,3 @@ def factorize_embedding(model, rank: int) -> None:
     model.set_input_embeddings(families.RemappedEmbedding(embedding.remap, rows, project))
     model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=table.shape[0],
                                        embedding_rank=rank)
-
-
-def _slice(linear, index, out: bool):
-    """A new Linear keeping output rows (out=True) or input columns (out=False) at `index`."""
-    weight = linear.weight.detach()[index] if out else linear.weight.detach()[:, index]
-    new = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None)
-    new.weight.data.copy_(weight)
-    if linear.bias is not None:
-        new.bias.data.copy_(linear.bias.detach()[index] if out else linear.bias.detach())
-    return new
