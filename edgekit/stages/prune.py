@@ -23,8 +23,8 @@ REVISION = 2  # 2: word pieces outside the kept vocabulary read as [UNK] (they r
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
-        hidden_keep: float = 1.0, heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer", steps: int = 1,
-        importance_batches: int = 32, ffn_multiple: int = 64,
+        hidden_keep: float = 1.0, heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer",
+        steps: int = 1, importance_batches: int = 32, ffn_multiple: int = 64,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input") -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1 or not 0 < hidden_keep <= 1:
