@@ -168,6 +168,15 @@ def test_heads_per_layer_budget(model_dir, ctx, tmp_path):
     assert out.metrics["heads_kept"] == [1, 1, 1, 1]
 
 
+def assert_reloads_the_same(model, folder):
+    ids = torch.tensor([[2, 10, 12, 5, 3]])
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    model.save_pretrained(folder)
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(folder)(input_ids=ids).logits, expected, atol=1e-6)
+
+
 def test_mpnet_heads_prune_twice_and_reload(tmp_path):
     from edgekit.testing import make_model_dir
 
@@ -176,12 +185,7 @@ def test_mpnet_heads_prune_twice_and_reload(tmp_path):
     shapes = prune.prune_model(model, 0.5, 1.0)  # indices compose with the first cut
     kept = model.mpnet.encoder.layer[0].attention.attn.kept_heads
     assert shapes["heads"] == [2] * 4 and len(kept) == 2 and all(0 <= int(h) < 4 for h in kept)
-    ids = torch.tensor([[2, 10, 12, 5, 3]])
-    with torch.no_grad():
-        expected = model(input_ids=ids).logits
-    model.save_pretrained(tmp_path / "p")
-    with torch.no_grad():
-        assert torch.allclose(families.load_model(tmp_path / "p")(input_ids=ids).logits, expected, atol=1e-6)
+    assert_reloads_the_same(model, tmp_path / "p")
 
 
 def test_a_stop_while_a_step_is_saved_leaves_nothing_resume_trusts(model_dir, ctx, tmp_path, monkeypatch):
@@ -254,12 +258,7 @@ def test_hidden_pruning_of_other_families_reloads_the_same_model(tmp_path, famil
     else:
         assert model.roberta.embeddings.LayerNorm.normalized_shape == (width,)
     assert model.classifier.dense.in_features == width
-    ids = torch.tensor([[2, 10, 12, 5, 3]])
-    with torch.no_grad():
-        expected = model(input_ids=ids).logits
-    model.save_pretrained(tmp_path / "p")
-    with torch.no_grad():
-        assert torch.allclose(families.load_model(tmp_path / "p")(input_ids=ids).logits, expected, atol=1e-6)
+    assert_reloads_the_same(model, tmp_path / "p")
 
 
 def test_hidden_pruning_refuses_a_family_it_does_not_cover_before_any_work(tmp_path, ctx):
