@@ -2,10 +2,11 @@
 FFN neurons and hidden width (each re-run from the same distilled student), set side by side in one run on this
 machine.
 
-For each run: heads x FFN neurons per layer and the residual stream's width, GEMM GFLOP at 128 tokens, the pruned model's FP32 accuracy on the
-validation split (what a choice between widths may be made on), on test and on vader-amazon, the INT8 x86 ONNX
-file's accuracy kept on test (the run's own evaluate stage), and its p50 at 1 x 128 tokens on 1 thread in
-interleaved rounds (the order reversed every other round), as a ratio to the first run's p50 in the same round.
+For each run: heads x FFN neurons per layer and the residual stream's width, GEMM GFLOP at 128 tokens, the pruned
+model's FP32 accuracy on the validation split (what a choice between widths may be made on), on test and on
+vader-amazon, the INT8 x86 ONNX file's accuracy kept on test (the run's own evaluate stage), and its p50 at 1 x 128
+tokens on 1 thread in interleaved rounds (the order reversed every other round), as a ratio to the first run's p50
+in the same round.
 
     python bench/shapes.py artifacts/es-aug-h3f384 artifacts/es-r-3x256 ... [--rounds 7] [--runs-per-round 200]
 
@@ -89,15 +90,16 @@ def markdown(result: dict) -> str:
              f"the pruned model before export; `INT8 test (kept)`: the run's x86 ONNX file in its evaluate stage. "
              f"p50: 1 x 128 tokens, 1 thread, median of {result['rounds']} interleaved rounds of "
              f"{result['runs_per_round']} runs; `x first`: the median per-round ratio to the first row.", "",
-             "| run | heads x FFN | hidden | GEMM GFLOP | validation FP32 | test FP32 | vader-amazon FP32 | INT8 test (kept) "
-             "| p50 ms (rounds' range) | x first |",
+             "| run | heads x FFN | hidden | GEMM GFLOP | validation FP32 | test FP32 | vader-amazon FP32 "
+             "| INT8 test (kept) | p50 ms (rounds' range) | x first |",
              "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in result["rows"]:
         shape = f"{r['heads'][0]} x {r['ffn'][0]}" if len(set(r["heads"])) == len(set(r["ffn"])) == 1 \
             else f"{r['heads']} x {r['ffn']}"
         times = r["p50_ms_by_round"]
-        lines.append(f"| {Path(r['run']).name} | {shape} | {r.get('hidden', '?')} | {r['gemm_gflop_128']:.3f} | {r['fp32']['validation']:.4f} "
-                     f"| {r['fp32']['test']:.4f} | {r['fp32']['vader_amazon']:.4f} | {r['int8_test']:.4f} "
+        lines.append(f"| {Path(r['run']).name} | {shape} | {r.get('hidden', '?')} | {r['gemm_gflop_128']:.3f} "
+                     f"| {r['fp32']['validation']:.4f} | {r['fp32']['test']:.4f} | {r['fp32']['vader_amazon']:.4f} "
+                     f"| {r['int8_test']:.4f} "
                      f"({r['kept_test']:.1%}) | {r['p50_ms']:.2f} ({min(times):.2f}-{max(times):.2f}) "
                      f"| {r['ratio_to_first']:.2f} |")
     return "\n".join(lines) + "\n"

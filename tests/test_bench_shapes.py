@@ -10,7 +10,8 @@ import shapes  # noqa: E402  (bench/ scripts import each other by name)
 
 
 def row(run, heads, ffn, p50, hidden=384):
-    return {"run": run, "heads": heads, "ffn": ffn, "hidden": hidden, "gemm_gflop_128": 0.2, "int8_test": 0.8, "kept_test": 0.975,
+    return {"run": run, "heads": heads, "ffn": ffn, "hidden": hidden, "gemm_gflop_128": 0.2, "int8_test": 0.8,
+            "kept_test": 0.975,
             "fp32": {"validation": 0.81, "test": 0.8, "vader_amazon": 0.72}, "p50_ms_by_round": p50,
             "p50_ms": sorted(p50)[len(p50) // 2], "ratio_to_first": 1.0}
 

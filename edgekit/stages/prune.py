@@ -28,8 +28,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input") -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1 or not 0 < hidden_keep <= 1:
-        raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}, prune.hidden_keep={hidden_keep}: "
-                           f"each must be a fraction in (0, 1]; a layer always keeps at least one head")
+        raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}, "
+                           f"prune.hidden_keep={hidden_keep}: each must be a fraction in (0, 1]; a layer always keeps "
+                           f"at least one head")
     if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
         raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
     if not isinstance(ffn_multiple, int) or ffn_multiple < 1:
