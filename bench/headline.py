@@ -8,14 +8,17 @@ rounds); accuracy on the rt-polarity test split and out of domain on vader-amazo
 device runs it); the GEMM work left at 128 tokens and the ratio of the measured latency to the INT8 roofline for
 that work.
 
-Roofline: the peak is measured, not assumed: the fastest of four INT8 GEMMs (u8 x s8 -> s32 MatMulInteger, from
-BERT-sized 128x384x384 to 1024x2048x2048) that ONNX Runtime runs on one thread of this CPU (faster than LiteRT's
-XNNPACK runs its dynamic-range FULLY_CONNECTED here, so the faster engine sets it), measured again at the start of
-every latency round; `x roofline` is the median over rounds of that round's p50 against that round's peak (a slow
-spell then moves both; one peak taken before the runs once read 415 GOPS where the rounds after read 441-448). On
-VNNI CPUs the theoretical peak (clock x 2 vector ports x 64 or 32 multiply-adds x 2) is printed beside it. work =
-FLOPs of every MatMul/Gemm in the FP32 graph with shapes inferred for 1 x 128 tokens (for a .tflite file, of its
-own FULLY_CONNECTED and BATCH_MATMUL ops in the 128-token signature: its last layer may compute one row);
+Roofline: the peak is measured, not assumed: the fastest INT8 GEMM either engine edgekit exports for runs on one
+thread of this CPU, over four shapes from BERT-sized 128x384x384 to 1024x2048x2048: ONNX Runtime's u8 x s8 -> s32
+MatMulInteger (MLAS) and LiteRT's dynamic-range FULLY_CONNECTED (XNNPACK, activations quantized at run time, as
+edgekit's .tflite files run). Which is faster depends on the CPU and the shape (ONNX Runtime was on the
+AVX512-VNNI VMs measured before; on a Sapphire Rapids core both run AMX tile kernels and each wins some shapes), and
+the faster one sets the roofline for every artifact. The peak is measured again at the start of every latency round;
+`x roofline` is the median over rounds of that round's p50 against that round's peak (a slow spell then moves both;
+one peak taken before the runs once read 415 GOPS where the rounds after read 441-448). On VNNI and AMX CPUs the
+theoretical peak (clock x INT8 multiply-adds per cycle x 2) is printed beside it. work = FLOPs of every
+MatMul/Gemm in the FP32 graph with shapes inferred for 1 x 128 tokens (for a .tflite file, of its own
+FULLY_CONNECTED and BATCH_MATMUL ops in the 128-token signature: its last layer may compute one row);
 roofline_ms = work / the median peak. Only GEMMs count:
 softmax, LayerNorm, GELU and the run-time quantization of activations are what the ratio charges the model for.
 
@@ -27,10 +30,13 @@ teacher): a bound inside it is one the split cannot tell apart from the artifact
 Writes bench/results/headline.json, docs/results.md and docs/results-pareto.png (--out, --docs: elsewhere).
 """
 import argparse
+import functools
 import json
 import os
 import sys
+import tempfile
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -236,29 +242,78 @@ def matmul_integer(weights: np.ndarray, m: int):
                                 .SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+GEMM_SHAPES = ((128, 384, 384), (128, 384, 1536), (512, 1024, 1024), (1024, 2048, 2048))  # M x K x N
+MACS_PER_CYCLE = {  # u8 x s8 multiply-adds per cycle and core: (what, how many)
+    "AMX-INT8": ("1024 AMX tile multiply-adds", 1024),  # TDPBUSD: 16x64 by 64x16 bytes in 16 cycles
+    "AVX512-VNNI": ("2 vector ports x 64 AVX512-VNNI multiply-adds", 128),
+    "AVX-VNNI": ("2 vector ports x 32 AVX-VNNI multiply-adds", 64),
+}
+
+
+@functools.cache
+def fully_connected(k: int, n: int, m: int):
+    """`invoke` of a one-thread LiteRT interpreter running one dynamic-range INT8 FULLY_CONNECTED, [m, k] x [k, n],
+    as edgekit's .tflite files run their Linear layers (XNNPACK's qd8-f32-qc8w GEMM: int8 weights, activations
+    quantized per row at run time); None without litert-torch. Built once per process: converting takes seconds."""
+    try:
+        import litert_torch
+        import torch
+        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_quantizer import quantizer, recipe
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        litert_torch.convert(torch.nn.Linear(k, n, bias=False).eval(), (torch.randn(m, k),)).export(f"{tmp}/fp32")
+        quantizer.Quantizer(f"{tmp}/fp32", recipe.dynamic_wi8_afp32()).quantize().export_model(f"{tmp}/int8")
+        interpreter = Interpreter(model_content=Path(f"{tmp}/int8").read_bytes(), num_threads=1)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"],
+                           np.random.default_rng(0).standard_normal((m, k)).astype(np.float32))
+    return interpreter.invoke
+
+
+def best_gops(run, ops: int) -> float:
+    """GOPS of the fastest of 20 timed calls of `run` (after 5 warm-up calls)."""
+    times = []
+    for i in range(25):
+        started = time.perf_counter()
+        run()
+        if i >= 5:
+            times.append(time.perf_counter() - started)
+    return round(ops / min(times) / 1e9, 1)
+
+
 def gemm_peak() -> dict:
-    """The fastest INT8 GEMM ONNX Runtime runs on one thread here (GOPS), and the theoretical peak on VNNI CPUs."""
-    rng, best = np.random.default_rng(0), {}
-    for m, k, n in ((128, 384, 384), (128, 384, 1536), (512, 1024, 1024), (1024, 2048, 2048)):
+    """The fastest INT8 GEMM either engine edgekit exports for runs on one thread here (GOPS): ONNX Runtime's
+    u8 x s8 MatMulInteger (MLAS) and LiteRT's dynamic-range FULLY_CONNECTED (XNNPACK); whichever is faster on this
+    CPU sets the roofline for every artifact. With the theoretical peak of the CPU's INT8 instructions."""
+    rng, best, by_engine = np.random.default_rng(0), {}, {}
+    for m, k, n in GEMM_SHAPES:
         session = matmul_integer(rng.integers(-127, 128, (k, n)).astype(np.int8), m)
         feed = {"A": rng.integers(0, 256, (m, k)).astype(np.uint8)}
-        times = []
-        for i in range(25):
-            started = time.perf_counter()
-            session.run(None, feed)
-            if i >= 5:
-                times.append(time.perf_counter() - started)
-        best[f"{m}x{k}x{n}"] = round(2 * m * k * n / min(times) / 1e9, 1)
+        best[f"onnxruntime {m}x{k}x{n}"] = best_gops(lambda: session.run(None, feed), 2 * m * k * n)
+        fc = fully_connected(k, n, m)
+        if fc is not None:
+            best[f"xnnpack {m}x{k}x{n}"] = best_gops(fc, 2 * m * k * n)
+    for key, gops in best.items():
+        engine = key.split()[0]
+        by_engine[engine] = max(by_engine.get(engine, 0.0), gops)
     mhz = max((float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
                if line.startswith("cpu MHz")), default=0.0)
     cpu = devices.this_cpu()
-    isa = cpu["int8_isa"]
-    per_cycle = {"AMX-INT8": 128, "AVX512-VNNI": 128, "AVX-VNNI": 64}.get(isa)  # 2 ports x 64 or 32 u8s8 MACs
-    return {"measured_gops": max(best.values()), "by_shape_gops": best, "clock_mhz": mhz, **cpu,
+    what, per_cycle = MACS_PER_CYCLE.get(cpu["int8_isa"], (None, None))
+    engines = " vs ".join(f"{e} {g}" for e, g in by_engine.items())
+    return {"measured_gops": max(best.values()), "engine": max(by_engine, key=by_engine.get),
+            "by_engine_gops": by_engine, "by_shape_gops": best, "clock_mhz": mhz, **cpu,
             "theoretical_gops": round(mhz / 1e3 * per_cycle * 2, 1) if per_cycle else None,
-            "how": "fastest u8 x s8 MatMulInteger in ONNX Runtime (MLAS), 1 thread, best of 20 runs per shape; " +
-                   (f"theoretical = clock x 2 vector ports x {per_cycle // 2} {isa} multiply-adds x 2 ops" if per_cycle
-                    else f"no theoretical figure: {isa or 'this CPU'} has no one-instruction INT8 multiply-add")}
+            "how": f"fastest of ONNX Runtime's u8 x s8 MatMulInteger (MLAS) and LiteRT's dynamic-range FULLY_CONNECTED "
+                   f"(XNNPACK) over {len(GEMM_SHAPES)} shapes, 1 thread, best of 20 runs per shape ({engines} GOPS"
+                   f"{'' if 'xnnpack' in by_engine else '; XNNPACK not measured: litert-torch is not installed'}); " +
+                   (f"theoretical = the clock /proc/cpuinfo reports x {what} per cycle x 2 ops"
+                    if per_cycle else
+                    f"no theoretical figure: {cpu['int8_isa'] or 'this CPU'} has no one-instruction INT8 multiply-add")}
 
 
 def run_label(recipe: str, run, names: list) -> str:
@@ -336,7 +391,7 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"dynamic INT8, per-channel "
              f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS before the runs ({peak['how']}; by shape: "
-             f"{peak['by_shape_gops']}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
+             f"{', '.join(f'{k} {v}' for k, v in peak['by_shape_gops'].items())}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
              f"{peak.get('int8_isa') or '?'}{theoretical}. "
              f"Measured again before every latency round (per recipe: "
              f"{'; '.join(str(r['recipe']) + ' ' + fmt_peaks(r.get('peak_gops_by_round')) for r in result['recipes'])}); "

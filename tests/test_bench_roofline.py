@@ -120,3 +120,39 @@ def test_headline_states_the_theoretical_peak_only_where_there_is_one(theoretica
     assert "not stated" not in text and "None" not in text
     assert ("theoretical at 2300 MHz: 588.8 GOPS." in text) == (theoretical is not None)
     assert "INT8 instructions: AVX-512 VNNI" in text
+
+
+def test_the_xnnpack_gemm_is_a_real_int8_fully_connected():
+    import headline
+    from ai_edge_litert.interpreter import Interpreter
+    invoke = headline.fully_connected(64, 32, 8)
+    interpreter = invoke.__self__
+    assert isinstance(interpreter, Interpreter)
+    ops = [op["op_name"] for op in interpreter._get_ops_details()]
+    assert "FULLY_CONNECTED" in ops, ops
+    invoke()
+    assert interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).shape == (8, 32)
+    assert headline.fully_connected(64, 32, 8) is invoke  # built once per process
+
+
+@pytest.mark.parametrize("isa, per_cycle", [("AMX-INT8", 1024), ("AVX512-VNNI", 128), ("AVX2 without VNNI", None)])
+@pytest.mark.parametrize("xnnpack_gops", [300.0, 900.0])
+def test_the_faster_engine_sets_the_peak_and_amx_has_its_own_theoretical_figure(monkeypatch, isa, per_cycle,
+                                                                                  xnnpack_gops):
+    import headline
+
+    def xnnpack():
+        pass
+    monkeypatch.setattr(headline, "fully_connected", lambda k, n, m: xnnpack)
+    monkeypatch.setattr(headline, "best_gops", lambda run, ops: xnnpack_gops if run is xnnpack else 500.0)
+    monkeypatch.setattr(headline.devices, "this_cpu", lambda: {"cpu": "X", "int8_isa": isa})
+    peak = headline.gemm_peak()
+    assert peak["measured_gops"] == max(xnnpack_gops, 500.0)
+    assert peak["engine"] == ("xnnpack" if xnnpack_gops > 500 else "onnxruntime")
+    assert peak["by_engine_gops"] == {"onnxruntime": 500.0, "xnnpack": xnnpack_gops}
+    assert len(peak["by_shape_gops"]) == 2 * len(headline.GEMM_SHAPES)
+    if per_cycle:
+        assert peak["theoretical_gops"] == pytest.approx(peak["clock_mhz"] / 1e3 * per_cycle * 2, abs=0.1)
+        assert f"{per_cycle} " in peak["how"] or f"x {per_cycle // 2} " in peak["how"]
+    else:
+        assert peak["theoretical_gops"] is None and "no theoretical figure" in peak["how"]
