@@ -156,3 +156,30 @@ def test_the_faster_engine_sets_the_peak_and_amx_has_its_own_theoretical_figure(
         assert f"{per_cycle} " in peak["how"] or f"x {per_cycle // 2} " in peak["how"]
     else:
         assert peak["theoretical_gops"] is None and "no theoretical figure" in peak["how"]
+
+
+def test_gemm_steadiness_finds_a_core_that_switches_speed(monkeypatch, tmp_path):
+    import gemm_steadiness
+    clock = {"t": 0.0, "calls": 0}
+
+    def gemm():  # 1 ms per call, then 2.5 ms per call from the 300th on: a core that slows down
+        clock["calls"] += 1
+        clock["t"] += 1e-3 if clock["calls"] < 300 else 2.5e-3
+
+    monkeypatch.setattr(gemm_steadiness.time, "perf_counter", lambda: clock["t"])
+    by_window = gemm_steadiness.windows(gemm, seconds=1.0, window=100, ops=10**9)
+    assert by_window[:2] == [1000.0, 1000.0] and by_window[-1] == 400.0, by_window
+    s = gemm_steadiness.summary(by_window)
+    assert s["spread"] == 2.5 and s["min_gops"] == 400.0
+    monkeypatch.setattr(gemm_steadiness, "engines", lambda: {"onnxruntime": gemm})
+    gemm_steadiness.main(["--seconds", "0.5", "--window", "50", "--out", str(tmp_path / "s.json")])
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["engines"]["onnxruntime"]["spread"] == 1.0  # the slow calls keep one speed
+    assert "| onnxruntime |" in (tmp_path / "s.md").read_text()
+
+
+def test_gemm_steadiness_refuses_an_empty_measurement(capsys):
+    import gemm_steadiness
+    with pytest.raises(SystemExit) as e:
+        gemm_steadiness.main(["--seconds", "0"])
+    assert e.value.code == 2 and "--seconds must be > 0" in capsys.readouterr().err
