@@ -391,7 +391,8 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
              f"dynamic INT8, per-channel "
              f"({peer_text(result.get('peer'))}), run with the same session settings as edgekit's.", "",
              f"INT8 roofline: peak {peak['measured_gops']} GOPS before the runs ({peak['how']}; by shape: "
-             f"{', '.join(f'{k} {v}' for k, v in peak['by_shape_gops'].items())}); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
+             f"{', '.join(f'{k} {v}' for k, v in peak['by_shape_gops'].items())}"
+             f"); CPU: {peak.get('cpu', '?')}, INT8 instructions: "
              f"{peak.get('int8_isa') or '?'}{theoretical}. "
              f"Measured again before every latency round (per recipe: "
              f"{'; '.join(str(r['recipe']) + ' ' + fmt_peaks(r.get('peak_gops_by_round')) for r in result['recipes'])}); "
