@@ -183,3 +183,10 @@ def test_gemm_steadiness_refuses_an_empty_measurement(capsys):
     with pytest.raises(SystemExit) as e:
         gemm_steadiness.main(["--seconds", "0"])
     assert e.value.code == 2 and "--seconds must be > 0" in capsys.readouterr().err
+
+
+def test_the_pareto_plot_draws_a_stored_headline_run(tmp_path):
+    import headline
+    stored = json.loads((Path(headline.__file__).parent / "results" / "headline-spr-amx-edge-small.json").read_text())
+    headline.plot(stored["recipes"], tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
