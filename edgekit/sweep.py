@@ -65,10 +65,14 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
         import ray
 
         ray.init(address=ray_address, log_to_driver=False)
-        task = ray.remote(num_cpus=1)(run_point)
-        first = ray.get(task.remote(recipe_name, points[0], str(dirs[0]), str(shared)))
-        manifests = [first] + ray.get([task.remote(recipe_name, p, str(d), str(shared))
-                                       for p, d in zip(points[1:], dirs[1:])])
+        try:
+            task = ray.remote(num_cpus=1)(run_point)
+            first = ray.get(task.remote(recipe_name, points[0], str(dirs[0]), str(shared)))
+            manifests = [first] + ray.get([task.remote(recipe_name, p, str(d), str(shared))
+                                           for p, d in zip(points[1:], dirs[1:])])
+        finally:
+            # disconnect: a driver left attached exits its whole process (code 1) once the cluster stops
+            ray.shutdown()
     else:
         from tqdm import tqdm
 
