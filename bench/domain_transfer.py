@@ -9,7 +9,7 @@ the base run, so both runs distil the same teacher. Then the teacher and both ru
 models are scored on the run's test split, on B and on A, every sentence on its own (as a device runs it). Each
 accuracy comes with the share kept of the teacher's and the 95% paired bootstrap interval of that share.
 
-    python bench/domain_transfer.py artifacts/edge-base [--run artifacts/edge-base-transfer]
+    python bench/domain_transfer.py artifacts/edge-base [--run artifacts/edge-base-transfer] [--render]
 
 A second call with the same folders reuses every finished stage. Writes bench/results/domain-transfer.json,
 bench/results/domain-transfer.md and a bar plot beside them (--out: elsewhere).
@@ -33,13 +33,19 @@ from headline import distinct_finals  # bench/headline.py: each final file once,
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("base", type=Path, help="a finished run of a recipe with distill and prune (artifacts/edge-base)")
+    p.add_argument("base", type=Path, nargs="?", help="a finished run with distill and prune (artifacts/edge-base)")
     p.add_argument("--run", type=Path, help="the transfer run's folder (default: BASE-transfer)")
     p.add_argument("--source", default="vader-amazon",
                    help="the deployment domain: a two-class dataset labelled positive / negative (vader-amazon, "
                         "vader-tweets, vader-movie or a local file)")
     p.add_argument("--out", type=Path, default=Path("bench/results/domain-transfer.json"))
+    p.add_argument("--render", action="store_true", help="redraw the table and plot from the stored JSON, no runs")
     a = p.parse_args(argv)
+    if a.render:
+        render(json.loads(a.out.read_text()), a.out)
+        return
+    if a.base is None:
+        p.error("give a finished run (artifacts/edge-base), or --render to redraw from the stored JSON")
     base = a.base.resolve()
     run = (a.run or base.with_name(base.name + "-transfer")).resolve()
     manifest, ctx = pipeline.context_of(base)
@@ -86,10 +92,14 @@ def main(argv=None):
               "test_examples": len(ctx.splits.test), "overrides": keys, "rows": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(a.out, result)
-    docs = a.out.with_suffix(".md")
-    plot(rows, docs.with_name(docs.stem + ".png"))
-    write_text(docs, markdown(result, a.out))
-    print(docs.read_text())
+    render(result, a.out)
+
+
+def render(result: dict, json_path: Path) -> None:
+    """The markdown table and the bar plot beside the JSON."""
+    plot(result["rows"], json_path.with_suffix(".png"))
+    write_text(json_path.with_suffix(".md"), markdown(result, json_path))
+    print(json_path.with_suffix(".md").read_text())
 
 
 def write_text(path: Path, text: str) -> None:
@@ -139,20 +149,21 @@ def plot(rows: list, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     shown = rows[1:]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 5))
     width = 0.38
-    for j, (key, name) in enumerate((("test", "rt-polarity test"), ("B", "held-out half B"))):
+    for j, (key, name) in enumerate((("test", "test split"), ("B", "held-out half B"))):
         xs = [i + (j - 0.5) * width for i in range(len(shown))]
         kept = [r[f"{key}_kept"] for r in shown]
         err = [[k - r[f"{key}_kept_ci"][0] for k, r in zip(kept, shown)],
                [r[f"{key}_kept_ci"][1] - k for k, r in zip(kept, shown)]]
         ax.bar(xs, kept, width, yerr=err, capsize=3, label=name)
     ax.axhline(0.97, color="black", linestyle="--", linewidth=1, label="97% of the teacher")
-    ax.set_xticks(range(len(shown)), [r["model"].replace(": ", ":\n") for r in shown], fontsize=7)
-    ax.set_ylim(0.8, 1.05)
+    ax.set_xticks(range(len(shown)), [r["model"].replace(" student FP32", " (FP32)") for r in shown], fontsize=8,
+                  rotation=30, ha="right")
+    ax.set_ylim(0.8, 1.06)
     ax.set_ylabel("accuracy kept (95% interval)")
-    ax.set_title("Accuracy kept, without and with the unlabelled half A in distill and prune")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Accuracy kept, without (base) and with (transfer) the unlabelled half A in distill and prune")
+    ax.legend(loc="upper center", ncol=3, fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -58,6 +58,9 @@ def test_transfer_run_uses_half_a_unlabelled_and_scores_half_b(base, tmp_path):
         assert low <= r["B_kept"] <= high
     docs = out.with_suffix(".md").read_text()
     assert docs.count("\n| ") == len(result["rows"]) + 1 and out.with_suffix(".png").stat().st_size > 0
+    out.with_suffix(".md").unlink()
+    domain_transfer.main(["--render", "--out", str(out)])  # the docs again from the JSON alone
+    assert out.with_suffix(".md").read_text() == docs
     domain_transfer.main([str(base), "--source", str(shop), "--out", str(out)])  # again: every stage reused
     again = json.loads((run / "manifest.json").read_text())
     assert all(s["reused"] for s in again["stages"])

@@ -99,7 +99,7 @@ def test_distill_trains_on_the_transfer_texts_without_their_labels(model_dir, ct
     assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-4
 
 
-def test_prune_recovery_adds_the_transfer_texts_but_not_to_importance_or_vocabulary(model_dir, ctx, tmp_path, texts,
+def test_prune_recovery_and_vocabulary_take_the_transfer_texts_but_head_scores_do_not(model_dir, ctx, tmp_path, texts,
                                                                                       monkeypatch):
     sets = []
     monkeypatch.setattr(prune, "recover", lambda model, teacher, encoded, *a: sets.append(encoded))
@@ -108,7 +108,10 @@ def test_prune_recovery_adds_the_transfer_texts_but_not_to_importance_or_vocabul
     without = prune.run(Artifact(model_dir, "hf"), tmp_path / "b", ctx, **kw)
     assert [y for _, y in sets[0]].count(data.UNLABELLED) == 30 and len(sets[0]) == len(sets[1]) + 30
     assert data.UNLABELLED not in [y for _, y in sets[1]]
-    assert with_t.metrics["vocab_kept"] == without.metrics["vocab_kept"]
+    special = set(families.load_tokenizer(model_dir).all_special_ids)
+    pieces = [{i for ids, _ in rows for i in ids} | special for rows in sets]
+    assert pieces[0] > pieces[1]  # the transfer texts use word pieces the training set does not
+    assert (with_t.metrics["vocab_kept"], without.metrics["vocab_kept"]) == (len(pieces[0]), len(pieces[1]))
     assert with_t.metrics["heads_kept"] == without.metrics["heads_kept"]
 
 

@@ -29,7 +29,8 @@ when their fp16 size fits in `cache_mb`; otherwise the teacher runs with each ba
 after the augmented copies: the student learns the teacher's logits (and hidden states) on them, with no CE term.
 It is meant for text from the domain a model will meet outside its labelled data. On edge-base, 10k tweets
 lifted vader-amazon 2.3 points in a one-epoch probe, but through the whole stage they did not (0.7612 against
-0.7695 FP32; docs/edge-recipes-log.md), so the recipe does not use them.
+0.7695 FP32; docs/edge-recipes-log.md), so the recipe does not use them. Half of vader-amazon's own sentences
+did: the other half rose from 0.7723 to 0.8011 (bench/domain_transfer.py).
 `init_from`: weights of an earlier run (its checkpoint folder, model folder or a .safetensors file); they must fit
 the student exactly, and the student starts from them.
 `student_finetune: E` first trains the student alone on the task's hard labels for E epochs (at `lr`), so

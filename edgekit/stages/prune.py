@@ -8,8 +8,8 @@ weight magnitude (cheap). `steps` > 1 prunes iteratively, each step followed by 
 from the unpruned input model (`recover_from: input`) or from the recipe's fine-tuned teacher (`teacher`). A
 teacher that reads other token ids (mpnet-base under minilm-l6: ids shifted by 4; another family) runs once on
 its own tokenization of the training set: KD needs only its logits, one row per sentence. `transfer` adds
-unlabelled texts to recovery as in distill (KD only); importance and the kept vocabulary still come from the
-training set alone.
+unlabelled texts to recovery as in distill (KD only), and their word pieces to the kept vocabulary (`vocab`); head
+and neuron importance still comes from the labelled training set alone.
 """
 import shutil
 from pathlib import Path
@@ -22,7 +22,8 @@ from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 from edgekit.stages.distill import check_transfer, eval_texts
 
-REVISION = 2  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs)
+REVISION = 3  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs);
+# 3: the kept vocabulary includes the transfer texts' pieces
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
@@ -57,11 +58,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         heads_keep = heads_per_layer / heads
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
     recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
-    if transfer and recover_epochs > 0:
+    if transfer:
         extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
         recovery, recover_enc = recovery + extra, encoded + data.encode(tokenizer, extra, ctx.max_length)
-    if vocab:
-        keep_vocab(model, sorted({i for ids, _ in encoded for i in ids} | set(tokenizer.all_special_ids)),
+    if vocab:  # the pieces of the text the model is trained on, the transfer texts included: it will read them
+        keep_vocab(model, sorted({i for ids, _ in recover_enc for i in ids} | set(tokenizer.all_special_ids)),
                    tokenizer.unk_token_id)
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
