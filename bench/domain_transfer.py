@@ -27,9 +27,11 @@ import yaml
 
 from edgekit import data, pipeline, runtime
 from edgekit.artifact import write_json
+from edgekit.errors import EdgekitError
 from edgekit.stages import evaluate
 
 from headline import distinct_finals  # bench/headline.py: each final file once, under all its target names
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -171,4 +173,7 @@ def plot(rows: list, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except EdgekitError as e:  # an unknown --source, a missing asset: one line, as the CLI says it
+        sys.exit(f"error: {e}")

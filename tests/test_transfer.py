@@ -99,8 +99,8 @@ def test_distill_trains_on_the_transfer_texts_without_their_labels(model_dir, ct
     assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-4
 
 
-def test_prune_recovery_and_vocabulary_take_the_transfer_texts_but_head_scores_do_not(model_dir, ctx, tmp_path, texts,
-                                                                                      monkeypatch):
+def test_prune_recovery_and_vocabulary_take_the_transfer_texts_but_head_scores_do_not(model_dir, ctx, tmp_path,
+                                                                                       texts, monkeypatch):
     sets = []
     monkeypatch.setattr(prune, "recover", lambda model, teacher, encoded, *a: sets.append(encoded))
     kw = dict(heads_keep=0.5, importance="gradient", recover_epochs=1.0, vocab=True, batch_size=16)
