@@ -30,7 +30,7 @@ from edgekit.artifact import write_json
 from edgekit.errors import EdgekitError
 from edgekit.stages import evaluate
 
-from headline import distinct_finals  # bench/headline.py: each final file once, under all its target names
+from headline import bits, distinct_finals, kept_interval  # bench/headline.py: the same rows and intervals
 
 
 def main(argv=None):
@@ -68,26 +68,24 @@ def main(argv=None):
     keys = [f"{stage}.{key}={value}" for stage in ("distill", "prune")
             for key, value in (("transfer", transfer), ("transfer_examples", len(held_a)))]
     t0 = time.time()
-    pipeline.compress(str(recipe), out=run, overrides=keys)
+    _, run_manifest = pipeline.compress(str(recipe), out=run, overrides=keys)
     print(f"transfer run: {run} ({(time.time() - t0) / 60:.0f} min)", file=sys.stderr)
     models = [("teacher FP32", ctx.teacher.path)]
-    for label, folder in (("base", base), ("transfer", run)):
+    for label, folder, finished in (("base", base, manifest), ("transfer", run, run_manifest)):
         models += [(f"{label}: {what} student FP32", folder / f"{stages.index(stage) + 1:02d}-{stage}" / "model")
                    for stage, what in (("distill", "distilled"), ("prune", "pruned"))]
-        models += [(f"{label}: {names}", art.path)
-                   for names, art in distinct_finals(json.loads((folder / "manifest.json").read_text()), folder)]
+        models += [(f"{label}: {names}", art.path) for names, art in distinct_finals(finished, folder)]
     rows, splits = [], {"test": ctx.splits.test, "B": held_b, "A": held_a}
     for label, path in models:
         model = runtime.load(path)
         hits = {k: evaluate.correct(model, v, 1, True, f"{label[:24]} {k}") for k, v in splits.items()}
-        rows.append({"model": label, "path": str(path), **{f"{k}_correct": "".join("01"[h] for h in v)
-                                                           for k, v in hits.items()}})
+        rows.append({"model": label, "path": str(path), **{f"{k}_correct": bits(v) for k, v in hits.items()}})
     for r in rows:
         for k in splits:
-            mine, ref = ([c == "1" for c in x[f"{k}_correct"]] for x in (r, rows[0]))
-            r[f"{k}_accuracy"] = round(sum(mine) / len(mine), 4)
-            r[f"{k}_kept"] = round(sum(mine) / max(sum(ref), 1), 4)
-            r[f"{k}_kept_ci"] = evaluate.kept_interval(mine, ref)
+            mine, ref = r[f"{k}_correct"], rows[0][f"{k}_correct"]
+            r[f"{k}_accuracy"] = round(mine.count("1") / len(mine), 4)
+            r[f"{k}_kept"] = round(mine.count("1") / max(ref.count("1"), 1), 4)
+            r[f"{k}_kept_ci"] = kept_interval(mine, ref)
     result = {"at": time.strftime("%Y-%m-%d %H:%M"), "base": str(base), "run": str(run),
               "source": Path(a.source).name, "data": Path(ctx.splits.source).name,
               "transfer_file": str(transfer), "a_examples": len(held_a), "b_examples": len(held_b),
