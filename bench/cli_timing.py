@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from edgekit.artifact import write_json, write_text
+
 
 def timed(args: list, repeat: int) -> dict:
     seconds, code = [], None
@@ -40,11 +42,11 @@ def main(argv=None):
     for r in rows:
         r["ratio_to_target"] = round(r["seconds_median"] / r["target_s"], 3)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "cli_timing.json").write_text(json.dumps(rows, indent=2))
+    write_json(a.out / "cli_timing.json", rows)
     lines = ["| command | exit | median s | target s | ratio |", "|---|---:|---:|---:|---:|"]
     lines += [f"| `{r['command']}` | {r['exit_code']} | {r['seconds_median']} | {r['target_s']:g} | {r['ratio_to_target']} |"
               for r in rows]
-    (a.out / "cli_timing.md").write_text("\n".join(lines) + "\n")
+    write_text(a.out / "cli_timing.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from edgekit import devices, pipeline  # noqa: E402
-from edgekit.artifact import Artifact, write_json  # noqa: E402
+from edgekit.artifact import Artifact, write_json, write_text  # noqa: E402
 
 
 def du_mb(path: Path) -> float:
@@ -177,7 +177,7 @@ def main():
         built = q.get("fresh_build_min", q["build_min"])
         md.append(f"| qemu-arm64 root build (debootstrap + wheels) | {'cached' if built is None else str(built) + ' min'}"
                   f" | |")
-    (out / "device_runner.md").write_text("\n".join(md) + "\n")
+    write_text(out / "device_runner.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from edgekit import pipeline, recipe as recipes, runtime
-from edgekit.artifact import Artifact
+from edgekit.artifact import Artifact, write_json, write_text
 from edgekit.stages import distill, evaluate
 
 OFF = {"alpha": 0.5, "cosine": 0.0}
@@ -83,7 +83,7 @@ def main():
 
 def write(out: Path, result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json(out, result)
     lines = [f"Teacher {result['teacher']} (test accuracy {result['teacher_accuracy']:.4f}); student: teacher layers "
              f"{result['student_layers']}; {result['max_train']} training sentences, {result['epochs']} epoch(s) of "
              f"prediction-layer distillation; {result['test_examples']} test sentences.", "",
@@ -91,7 +91,7 @@ def write(out: Path, result: dict) -> None:
     for r in result["rows"]:
         lines.append(f"| {r['mix']} | {r['accuracy']:.4f} | {r['retained']:.3f} | {r['distill_minutes']} | "
                      f"{r['augmented_examples']} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

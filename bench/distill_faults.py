@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import faults  # noqa: E402  (the kill-and-compare helpers)
 
 from edgekit import testing  # noqa: E402
+from edgekit.artifact import write_json  # noqa: E402
 
 DISTILL = ("{epochs: 2, intermediate_epochs: 1, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5, cosine: 0.0, "
            "embedding: 1.0, attention: 1.0, hidden: 1.0, augment: 1, "
@@ -61,8 +62,8 @@ def main(argv=None):
     resumed = sum(r["killed"] and r["resumed"] for r in results)
     bad = sum(bool(r["problems"]) for r in results)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"kills": kills, "resumed": resumed, "mismatches": bad, "reference_seconds": seconds,
-                                 "distill": DISTILL, "runs": results}, indent=2))
+    write_json(a.out, {"kills": kills, "resumed": resumed, "mismatches": bad, "reference_seconds": seconds,
+                       "distill": DISTILL, "runs": results})
     print(f"{kills} kills, {resumed} resumed, {bad} mismatches")
     return 0 if bad == 0 and resumed == kills else 1
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from edgekit import data, pipeline, recipe as recipes, runtime
-from edgekit.artifact import Artifact
+from edgekit.artifact import Artifact, write_json, write_text
 from edgekit.stages import evaluate
 
 FOUR = {"student": "minilm-l6", "layers": [0, 2, 3, 5], "cache_mb": 16000}
@@ -168,7 +168,7 @@ def from_run(run: Path, out: str) -> None:
 
 def write(out: Path, result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json(out, result)
     lines = ["| teacher | student | params | accuracy | teacher | retained | vader-amazon retained | validation retained "
              "| distill min |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
@@ -176,7 +176,7 @@ def write(out: Path, result: dict) -> None:
                      f"{r['teacher_accuracy']:.4f} | {r['accuracy_retained']:.3f} | "
                      f"{r.get('vader_amazon_retained', 'n/a')} | {r.get('validation_retained', 'n/a')} | "
                      f"{r['distill_minutes']} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

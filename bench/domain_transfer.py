@@ -16,7 +16,6 @@ bench/results/domain-transfer.md and a bar plot beside them (--out: elsewhere).
 """
 import argparse
 import json
-import os
 import random
 import shutil
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from edgekit import data, pipeline, runtime
-from edgekit.artifact import write_json
+from edgekit.artifact import write_json, write_text
 from edgekit.errors import EdgekitError
 from edgekit.stages import evaluate
 
@@ -100,13 +99,6 @@ def render(result: dict, json_path: Path) -> None:
     plot(result["rows"], json_path.with_suffix(".png"))
     write_text(json_path.with_suffix(".md"), markdown(result, json_path))
     print(json_path.with_suffix(".md").read_text())
-
-
-def write_text(path: Path, text: str) -> None:
-    """Through a temporary file and a rename, as artifact.write_json: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def halves(rows: list, seed: int = 0) -> tuple:

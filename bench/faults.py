@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from edgekit import assets, runtime, schemas, testing
+from edgekit.artifact import write_json
 
 STAGES = ("finetune", "distill", "prune", "export", "quantize", "evaluate", "bench")
 TIMING = ("latency", "load_s", "peak_rss", "seconds")  # measured, not computed: may differ between runs
@@ -123,8 +124,8 @@ def main(argv=None):
     resumed = sum(r["killed"] and r["resumed"] for r in results)
     bad = sum(bool(r["problems"]) for r in results)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"kills": kills, "resumed": resumed, "mismatches": bad, "runs": results,
-                                 "reference_seconds": seconds}, indent=2))
+    write_json(a.out, {"kills": kills, "resumed": resumed, "mismatches": bad, "runs": results,
+                       "reference_seconds": seconds})
     print(f"{kills} kills, {resumed} resumed, {bad} mismatches")
     return 0 if bad == 0 and resumed == kills else 1
 

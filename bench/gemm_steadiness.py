@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import devices
-from edgekit.artifact import write_json
+from edgekit.artifact import write_json, write_text
 
 import headline  # bench/headline.py: the same GEMM sessions its peak is measured with
 
@@ -80,7 +80,7 @@ def main(argv=None):
               "engines": {engine: summary(windows(run, a.seconds, a.window, 2 * M * K * N))
                           for engine, run in engines().items()}}
     write_json(a.out, result)
-    a.out.with_suffix(".md").write_text(markdown(result))
+    write_text(a.out.with_suffix(".md"), markdown(result))
     print(markdown(result), file=sys.stderr)
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import data, devices, gate, pipeline, runtime
-from edgekit.artifact import Artifact, size_mb
+from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate
 
 import peers  # bench/peers.py: the teacher and the peer are built the same way there
@@ -68,7 +68,7 @@ def main(argv=None):
     if a.render:
         result = json.loads(a.out.read_text())
         plot(result["recipes"], pareto(a.docs))
-        a.docs.write_text(markdown(result, a.out, pareto(a.docs).name))
+        write_text(a.docs, markdown(result, a.out, pareto(a.docs).name))
         return
     peak = gemm_peak()
     print(f"INT8 GEMM peak, 1 thread: {peak['measured_gops']} GOPS measured ({peak['theoretical_gops']} theoretical)",
@@ -77,10 +77,10 @@ def main(argv=None):
     result = {"at": time.strftime("%Y-%m-%d %H:%M"), "threads": 1, "batch": 1, "seq_len": 128, "rounds": a.rounds,
               "runs_per_round": a.timed, "peak": peak, "peer": peers.peer_config(), "recipes": recipes}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2))
+    write_json(a.out, result)
     a.docs.parent.mkdir(parents=True, exist_ok=True)
     plot(recipes, pareto(a.docs))
-    a.docs.write_text(markdown(result, a.out, pareto(a.docs).name))
+    write_text(a.docs, markdown(result, a.out, pareto(a.docs).name))
     print(a.docs.read_text())
 
 

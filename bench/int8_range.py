@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import devices, pipeline, runtime
-from edgekit.artifact import Artifact, write_json
+from edgekit.artifact import Artifact, write_json, write_text
 from edgekit.stages import quantize
 
 import headline  # bench/headline.py: the same one-node MatMulInteger session its peak is measured with
@@ -39,7 +39,7 @@ def main(argv=None):
               "probe": saturation_probe(), "runs": [measure(run.resolve()) for run in a.runs]}
     a.out.mkdir(parents=True, exist_ok=True)
     write_json(a.out / "int8-range.json", result)
-    (a.out / "int8-range.md").write_text(markdown(result))
+    write_text(a.out / "int8-range.md", markdown(result))
     print(markdown(result))
 
 

@@ -8,12 +8,11 @@ accuracy on the test split. Writes JSON and a markdown table.
     python bench/peers.py artifacts/distilbert-int8 [--runs 100] [--out bench/results]
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from edgekit import devices, pipeline, runtime
-from edgekit.artifact import Artifact, size_mb
+from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate, export, quantize
 
 
@@ -53,10 +52,10 @@ def main(argv=None):
               "runs": a.runs, "rounds": a.rounds, "peer": peer_config(), "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"peers-{recipe['name']}-{Path(recipe['teacher']).name}"
-    (a.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    (work / "peers.json").write_text(json.dumps(result, indent=2))  # edgekit report plots these beside the run
+    write_json(a.out / f"{stem}.json", result)
+    write_json(work / "peers.json", result)  # edgekit report plots these beside the run
     table = markdown(result)
-    (a.out / f"{stem}.md").write_text(table)
+    write_text(a.out / f"{stem}.md", table)
     print(table)
 
 

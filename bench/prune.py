@@ -8,12 +8,11 @@ training set. For each: accuracy on the test split, FP32 ONNX latency at sequenc
     python bench/prune.py artifacts/distilbert-int8 [--recover-epochs 1] [--out bench/results]
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from edgekit import data, families, pipeline, report, runtime
-from edgekit.artifact import Artifact, size_mb
+from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate, export, prune, quantize
 
 
@@ -62,7 +61,7 @@ def main(argv=None):
               "vocab_int8_size_cut": round(1 - small["int8_size_mb"] / cut["int8_size_mb"], 4),
               "vocab_int8_accuracy_points_lost": round(100 * (cut["accuracy_int8"] - small["accuracy_int8"]), 2)}
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "prune.json").write_text(json.dumps(result, indent=2))
+    write_json(a.out / "prune.json", result)
     report.plot_heads(pruned.metrics["heads_kept"], a.out / "prune-heads.png")
     lines = ["| model | params | FP32 MB | INT8 MB | FP32 p50 ms @128 | accuracy FP32 | accuracy INT8 |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -72,7 +71,7 @@ def main(argv=None):
               f"{result['accuracy_kept_fp32']:.1%}; vocabulary pruning: INT8 size -{result['vocab_int8_size_cut']:.1%}, "
               f"{result['vocab_int8_accuracy_points_lost']} points lost, {result['test_tokens_outside_kept_vocab']:.2%} "
               f"of test tokens outside the kept vocabulary ({result['vocab_kept']} tokens kept)"]
-    (a.out / "prune.md").write_text("\n".join(lines) + "\n")
+    write_text(a.out / "prune.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit import pipeline, runtime
-from edgekit.artifact import Artifact, size_mb
+from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate, export, quantize
 
 VARIANTS = (  # (name, format, quantize settings or None for FP32)
@@ -121,9 +121,9 @@ def summarize(result: dict) -> dict:
 
 def write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "quantize.json").write_text(json.dumps(result, indent=2))
+    write_json(out / "quantize.json", result)
     table = markdown(result)
-    (out / "quantize.md").write_text(table)
+    write_text(out / "quantize.md", table)
     print(table)
 
 

@@ -72,3 +72,10 @@ def write_json(path: Path, obj) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -6,9 +6,9 @@ where the bytes of each model go (embeddings, attention, FFN, other), heads kept
 import base64
 import html
 import json
-import os
 from pathlib import Path
 
+from edgekit.artifact import write_text
 from edgekit.gate import load_manifest
 
 PARTS = ("embeddings", "attention", "ffn", "other")
@@ -207,8 +207,8 @@ def build(run_dirs: list, out: Path) -> Path:
                "| artifact | " + " | ".join(f"{p} MB" for p in PARTS) + " |", "|---|" + "---:|" * len(PARTS)]
         md += [f"| {k} | " + " | ".join(f"{v[p]:.2f}" for p in PARTS) + " |" for k, v in sizes.items()]
     text = "\n".join(md) + "\n"
-    _write(out / "report.md", text)
-    _write(out / "report.html", to_html(text, images))
+    write_text(out / "report.md", text)
+    write_text(out / "report.html", to_html(text, images))
     return out / "report.md"
 
 
@@ -251,9 +251,3 @@ def to_html(markdown: str, images: list) -> str:
              "td:first-child,th:first-child{text-align:left}img{max-width:100%}")
     return f"<!doctype html><html><head><meta charset='utf-8'><title>edgekit report</title><style>{style}</style>" \
            f"</head><body>{''.join(body)}</body></html>\n"
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
