@@ -1,4 +1,5 @@
-"""artifact.write_json / write_text: the file holds the new content, or, when writing fails, the old one whole and\nno temp file beside it."""
+"""artifact.write_json / write_text: the file holds the new content, or, when writing fails, the old one whole and
+no temp file beside it."""
 import json
 import os
 
