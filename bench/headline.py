@@ -25,7 +25,7 @@ softmax, LayerNorm, GELU and the run-time quantization of activations are what t
 Accuracy kept comes with a 95% paired bootstrap interval (the same resampled sentences for the artifact and the
 teacher): a bound inside it is one the split cannot tell apart from the artifact's own share.
 
-    python bench/headline.py artifacts/edge-base artifacts/edge-small [--rounds 3] [--runs 50]
+    python bench/headline.py artifacts/edge-base artifacts/edge-small [--rounds 3] [--runs-per-round 50]
 
 Writes bench/results/headline.json, docs/results.md and docs/results-pareto.png (--out, --docs: elsewhere).
 """
@@ -57,10 +57,12 @@ TARGETS = {  # issue #9, per recipe: checked on every final artifact; a recipe m
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="*", type=Path, help="finished runs of edge-base / edge-small (or any recipe)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--runs-per-round", dest="timed", type=int, default=50)
-    p.add_argument("--out", type=Path, default=Path("bench/results/headline.json"))
-    p.add_argument("--docs", type=Path, default=Path("docs/results.md"))
+    p.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds (the median over them is kept)")
+    p.add_argument("--runs-per-round", dest="timed", type=int, default=50,
+                   help="timed runs per model per round (and real test sentences timed)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/headline.json"), help="the JSON result")
+    p.add_argument("--docs", type=Path, default=Path("docs/results.md"),
+                   help="the markdown table (its Pareto plot is written beside it as <name>-pareto.png)")
     p.add_argument("--render", action="store_true", help="redraw the docs from the stored JSON, no runs")
     a = p.parse_args(argv)
     if not a.render and not a.runs:
@@ -344,6 +346,11 @@ def plot(recipes: list, path: Path) -> None:
                     ((-8, 6), "right") if name == "peer" else ((0, -20), "center")
                 ax.annotate(f"{name}, {r['size_mb']:.1f} MB", (r["p50_ms"], r["accuracy"]), fontsize=8,
                             xytext=xytext, ha=ha, textcoords="offset points")
+        bound = TARGETS.get(recipe["recipe"], {}).get("retained")
+        if bound:  # the accuracy target as a line: how far below it an artifact sits shows at a glance
+            ax.axhline(bound * recipe["rows"][0]["accuracy"], color=colour, linestyle=":", linewidth=1)
+    for bound in sorted({TARGETS[r["recipe"]]["retained"] for r in recipes if r["recipe"] in TARGETS}):
+        ax.plot([], [], color="grey", linestyle=":", linewidth=1, label=f"target: {bound:.0%} of the teacher")
     ax.legend(loc="lower right")
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 1 2 5 10 20 50 ms, not overlapping 3x10^0 labels

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import devices, latency, runtime
-from edgekit.artifact import Artifact, write_json
+from edgekit.artifact import Artifact, write_json, write_text
 
 import headline  # bench/headline.py: the same GEMM FLOP count and peak
 
@@ -94,7 +94,7 @@ def main(argv=None):
               "json": str(a.out), "peak_gops_by_round": peaks, "rounds": a.rounds, "runs_per_round": a.timed,
               "rows": rows, "tflite_rows": lite_rows}
     write_json(a.out, result)
-    a.out.with_suffix(".md").write_text(markdown(result))
+    write_text(a.out.with_suffix(".md"), markdown(result))
     print(markdown(result))
 
 

@@ -190,3 +190,14 @@ def test_the_pareto_plot_draws_a_stored_headline_run(tmp_path):
     stored = json.loads((Path(headline.__file__).parent / "results" / "headline-spr-amx-edge-small.json").read_text())
     headline.plot(stored["recipes"], tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_pareto_plot_draws_each_recipes_accuracy_target(tmp_path, monkeypatch):
+    import headline
+    from matplotlib.axes import Axes
+    stored = json.loads((Path(headline.__file__).parent / "results" / "headline-spr-amx.json").read_text())
+    drawn, axhline = [], Axes.axhline
+    monkeypatch.setattr(Axes, "axhline", lambda self, y=0, *a, **k: drawn.append(y) or axhline(self, y, *a, **k))
+    headline.plot(stored["recipes"], tmp_path / "p.png")
+    teachers = [r["rows"][0]["accuracy"] for r in stored["recipes"]]
+    assert len(teachers) == 2 and drawn == pytest.approx([0.97 * t for t in teachers])
