@@ -332,6 +332,7 @@ def plot(recipes: list, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     names = [r["recipe"] for r in recipes]
+    bounds = set()
     for recipe, colour in zip(recipes, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
         label = run_label(recipe["recipe"], recipe["run"], names)
         ax.scatter([], [], s=40, color=colour, label=label)
@@ -349,7 +350,8 @@ def plot(recipes: list, path: Path) -> None:
         bound = TARGETS.get(recipe["recipe"], {}).get("retained")
         if bound:  # the accuracy target as a line: how far below it an artifact sits shows at a glance
             ax.axhline(bound * recipe["rows"][0]["accuracy"], color=colour, linestyle=":", linewidth=1)
-    for bound in sorted({TARGETS[r["recipe"]]["retained"] for r in recipes if r["recipe"] in TARGETS}):
+            bounds.add(bound)
+    for bound in sorted(bounds):
         ax.plot([], [], color="grey", linestyle=":", linewidth=1, label=f"target: {bound:.0%} of the teacher")
     ax.legend(loc="lower right")
     ax.set_xscale("log")
