@@ -122,6 +122,17 @@ class SidecarTokenizer:
         return {"input_ids": ids, "attention_mask": mask}
 
 
+def dynamic_int8(meta: dict) -> bool:
+    return (meta.get("quantization") or {}).get("mode") == "dynamic"
+
+
+def each_alone(logits, batch: dict) -> np.ndarray:
+    """Dynamic INT8 takes each activation's range over the whole input, other sentences and padding included, so
+    a batch runs one sentence at a time at its own length: the logits a device gets for each."""
+    lengths = np.maximum(batch["attention_mask"].sum(1), 1)
+    return np.concatenate([logits({k: v[i:i + 1, :n] for k, v in batch.items()}) for i, n in enumerate(lengths)])
+
+
 def check_length(batch: dict, meta: dict) -> None:
     """Token ids longer than the model accepts are refused, never cut silently (encode() truncates texts)."""
     n = batch["input_ids"].shape[1]
@@ -150,11 +161,14 @@ class TorchScriptModel:
             self.module = torch.jit.load(str(path), map_location="cpu").eval()
         except Exception as e:
             raise EdgekitError(f"torch.jit cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
+        self.per_sentence = dynamic_int8(self.meta)
 
     def logits(self, batch: dict) -> np.ndarray:
         import torch
 
         check_length(batch, self.meta)
+        if self.per_sentence and len(batch["input_ids"]) > 1:
+            return each_alone(self.logits, batch)
         with torch.no_grad():
             return self.module(torch.from_numpy(batch["input_ids"]), torch.from_numpy(batch["attention_mask"])).numpy()
 
@@ -197,9 +211,12 @@ class OnnxModel:
             raise EdgekitError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:160]}); the file is "
                                f"damaged or not ONNX: re-export it")
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.per_sentence = dynamic_int8(self.meta)
 
     def logits(self, batch: dict) -> np.ndarray:
         check_length(batch, self.meta)
+        if self.per_sentence and len(batch["input_ids"]) > 1:
+            return each_alone(self.logits, batch)
         return self.session.run(None, {k: batch[k] for k in self.input_names})[0]
 
     def __call__(self, texts, max_length=None) -> dict:

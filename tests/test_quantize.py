@@ -383,3 +383,18 @@ def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes
     assert export.fixed_reshapes(path, (ids, mask)) == 0 and path.read_bytes() == before
     monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(infer))
     assert export.fixed_reshapes(path, (ids, mask)) > 0 and path.read_bytes() != before
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_dynamic_int8_scores_each_sentence_alone_as_a_device_runs_it(tmp_path, model_dir, csv_file, fmt):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / fmt, ctx, format=fmt, check_sentences=8)
+    model = runtime.load(quantize.run(fp32, tmp_path / "int8", ctx).path)
+    texts = [t for t, _ in ctx.splits.test[:12]] + ["ok", "a much longer review " * 6]
+    alone = np.concatenate([model.logits(model.encode([t])) for t in texts])
+    batch = model.encode(texts)
+    assert len(set(batch["attention_mask"].sum(1).tolist())) > 2  # padded: lengths differ
+    np.testing.assert_array_equal(model.logits(batch), alone)
+    model.per_sentence = False  # one padded batch: ranges over all of it, other logits than the device's
+    assert not np.array_equal(model.logits(batch), alone)
+    assert not runtime.load(fp32.path).per_sentence  # FP32 does not depend on the batch
