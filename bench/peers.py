@@ -3,7 +3,8 @@
 For a finished run: the FP32 teacher in ONNX Runtime; ONNX Runtime dynamic INT8 of the teacher, per-channel
 (what optimum-cli's dynamic quantization for this CPU does: peer_config); and edgekit's final artifact. For
 each: size MB, p50/p90 latency at batch 1 on 1 thread for sequence length 128 and for the real test sentences,
-accuracy on the test split. Writes JSON and a markdown table.
+accuracy on the test split (dynamic INT8 one sentence at a time, as a device runs it: edgekit.load). Writes JSON
+and a markdown table.
 
     python bench/peers.py artifacts/distilbert-int8 [--runs 100] [--out bench/results]
 """
