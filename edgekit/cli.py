@@ -1,13 +1,15 @@
 """Argument parsing only; every command forwards to a library function.
-Exit codes: 0 ok, 1 error, 2 usage, 3 over budget. Errors are one line; -v shows the traceback."""
+Exit codes: EXIT_CODES below. Errors are one line; -v shows the traceback."""
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 
 OVER_BUDGET = 3
+EXIT_CODES = "exit codes: 0 ok, 1 error, 2 wrong command line or recipe, 3 over budget, 130 interrupted"
 
 
 def main(argv=None) -> int:
@@ -21,20 +23,51 @@ def main(argv=None) -> int:
     except EdgekitError as e:
         if args.verbose:
             raise
+        _close_bars()
         print(f"edgekit: error{_rank()}: {e}", file=sys.stderr)
         return e.code
     except OSError as e:  # full disk, read-only folder, vanished file: say which and what to do
         if args.verbose:
             raise
-        where = f" {e.filename}" if e.filename else ""
-        print(f"edgekit: error{_rank()}: cannot write or read{where}: {e.strerror or e}; free space, fix permissions "
-              f"or choose another --out, then run the same command again (finished stages are kept)", file=sys.stderr)
+        _close_bars()
+        print(f"edgekit: error{_rank()}: {os_problem(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("edgekit: interrupted; run the same command again to resume", file=sys.stderr)
+        _close_bars()
+        resumes = args.command in ("compress", "sweep")  # finished stages are kept; the rest start over
+        print(f"edgekit: interrupted{'; run the same command again to resume' if resumes else ''}", file=sys.stderr)
         return 130
     finally:
         _leave_process_group()
+
+
+def os_problem(e: OSError) -> str:
+    """What went wrong with a file, and what to do, by the error's kind."""
+    where = f" {e.filename}" if e.filename else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"cannot write{where}: {e.strerror}; free space, then run the same command again (finished stages "
+                f"are kept)")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"not allowed to write or read{where} ({e.strerror}); fix its permissions or choose another folder"
+    if e.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+        return f"{where.strip()} is in the way ({e.strerror}); give a path where a file or folder stands for itself"
+    if e.errno == errno.ENOENT:
+        return (f"{where.strip() or 'a file'} does not exist ({e.strerror}); check the path (a folder written in must "
+                f"exist)")
+    return f"cannot read or write{where}: {(e.strerror or str(e)).splitlines()[0]}"
+
+
+def _close_bars() -> None:
+    """End the progress bars an error left open, so the error starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
+def positive(text: str) -> int:
+    if not text.lstrip("-").isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number >= 1")
+    return int(text)
 
 
 def _rank() -> str:
@@ -51,16 +84,19 @@ def _leave_process_group() -> None:
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="edgekit", description="Compress BERT-family text classifiers for edge devices.")
+    p = argparse.ArgumentParser(prog="edgekit", description="Compress BERT-family text classifiers for edge devices.",
+                                epilog=EXIT_CODES)
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command")
 
     c = sub.add_parser("compress", help="run a recipe end to end")
     c.add_argument("--recipe", default="distilbert-int8", help="a shipped recipe name or a .yaml path")
     c.add_argument("--teacher", help="model: an asset (minilm-l6, mpnet-base), a local folder or a hub id")
-    c.add_argument("--data", help="dataset: rt-polarity or a local .csv/.tsv/.jsonl file")
+    c.add_argument("--data", help="dataset: rt-polarity, vader-amazon, tweets-3class or a local .csv/.tsv/.jsonl "
+                                  "file (columns text, label; see data.text_column)")
     c.add_argument("--out", help="run folder (default artifacts/<recipe name>)")
-    c.add_argument("--dry-run", action="store_true", help="print the resolved recipe and stop")
+    c.add_argument("--dry-run", action="store_true", help="check the recipe, data and a local teacher folder, print "
+                                                          "the resolved recipe and stop")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
     c.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. distill.epochs=1 data.max_train=2000")
     c.set_defaults(func=cmd_compress)
@@ -77,9 +113,11 @@ def build_parser():
 
     g = sub.add_parser("gate", help="check a finished run (or model files, for size) against budgets; exit 3 if over")
     g.add_argument("path", help="a run folder, its manifest.json, or (size only) a model file or folder")
-    g.add_argument("--max-size-mb", type=float)
-    g.add_argument("--max-latency-ms-p90", type=float)
-    g.add_argument("--min-accuracy-retained", type=float)
+    g.add_argument("--max-size-mb", type=float, help="weights of each final artifact, in MB (10^6 bytes)")
+    g.add_argument("--max-latency-ms-p90", type=float, help="p90 latency in ms, as the bench stage or --target "
+                                                            "measured it")
+    g.add_argument("--min-accuracy-retained", type=float, help="accuracy / teacher accuracy as a fraction: 0.97 "
+                                                               "keeps 97%%")
     g.add_argument("--budget", action="append", default=[], metavar="METRIC<=N", help="any metric, repeatable")
     g.add_argument("--target", help="check the results of this device target")
     g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
@@ -94,16 +132,17 @@ def build_parser():
     cp.add_argument("models", nargs="*", help="assets, local folders or config.json files")
     cp.add_argument("--families", action="store_true", help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes")
     cp.add_argument("--data", help="a dataset, for the accuracy of task models whose labels match it")
-    cp.add_argument("--threads", type=int, default=1)
+    cp.add_argument("--threads", type=positive, default=1, help="ONNX Runtime threads (default 1)")
     cp.add_argument("--seq-len", type=int, default=128, help="tokens for latency; accuracy inputs are cut there too")
-    cp.add_argument("--out", default="artifacts/compare")
+    cp.add_argument("--out", default="artifacts/compare", help="folder for compare.md/.csv/.png "
+                                                                "(default artifacts/compare)")
     cp.set_defaults(func=cmd_compare)
 
     sw = sub.add_parser("sweep", help="run a recipe over a grid (key=v1,v2 ...), sharing stages; report the Pareto front")
-    sw.add_argument("--recipe", default="distilbert-int8")
+    sw.add_argument("--recipe", default="distilbert-int8", help="a shipped recipe name or a .yaml path")
     sw.add_argument("--out", help="sweep folder (default artifacts/sweep-<recipe>)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run grid points as tasks on this Ray cluster (HOST:PORT)")
-    sw.add_argument("--quiet", action="store_true")
+    sw.add_argument("--quiet", action="store_true", help="no progress bars")
     sw.add_argument("overrides", nargs="+", metavar="key=v1,v2")
     sw.set_defaults(func=cmd_sweep)
     b = sub.add_parser("bench", help="run a finished run's model on a device target; merge the result; exit 3 if over")
@@ -112,10 +151,11 @@ def build_parser():
     b.add_argument("--targets", metavar="FILE", help="a YAML file of targets (kind: local|ssh|adb|qemu-arm64)")
     b.add_argument("--model", help="an output name of the final stage (arm64-tflite) or a model file "
                                    "(default: the final model)")
-    b.add_argument("--quiet", action="store_true")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_bench)
     for s in (c, r, a, g, rp, cp, sw, b):
         s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        s.epilog = EXIT_CODES
     return p
 
 
@@ -124,6 +164,7 @@ def cmd_compress(args) -> int:
 
     resolved = pipeline.resolve(args.recipe, args.teacher, args.data, args.overrides)
     if args.dry_run:
+        pipeline.check_inputs(resolved)
         print(recipe.dump(resolved), end="")
         return 0
     out = Path(args.out) if args.out else Path("artifacts") / resolved["name"]
@@ -236,7 +277,7 @@ def cmd_recipes(args) -> int:
 
     if args.action == "show":
         if not args.name:
-            raise EdgekitError("recipes show needs a NAME; see `edgekit recipes`")
+            raise UsageError("recipes show needs a NAME; see `edgekit recipes`")
         print(recipe.find(args.name).read_text(), end="")
         return 0
     import yaml
@@ -251,8 +292,8 @@ def cmd_assets(args) -> int:
     from edgekit import assets
 
     if args.action == "fetch":
-        if not args.name:
-            raise EdgekitError(f"assets fetch needs a NAME; known: {', '.join(assets.ASSETS)}")
+        if args.name not in assets.ASSETS:
+            raise UsageError(f"assets fetch needs a NAME from: {', '.join(assets.ASSETS)}; got {args.name!r}")
         print(assets.path(args.name))
         return 0
     print(f"cache: {assets.cache_dir()}" + (" (EDGEKIT_CACHE)" if "EDGEKIT_CACHE" in os.environ else ""))

@@ -54,6 +54,9 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
     from edgekit.stages import bench, export, quantize
 
     model, source = build(spec)
+    if seq_len > families.max_tokens(model.config):
+        raise EdgekitError(f"--seq-len {seq_len} is longer than {spec} takes ({families.max_tokens(model.config)} "
+                           f"tokens); lower --seq-len")
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
     task_model = source is not None and data is not None and families.label_names(model.config) == data.labels
     if task_model:  # a model trained for these labels: its accuracy means something

@@ -29,6 +29,9 @@ class Splits:
         return h.hexdigest()[:16]
 
 
+LIMITS = {"max_train": "[0, inf)", "max_eval": "[0, inf)"}  # 0: every row (edgekit.recipe.outside)
+
+
 def load(source: str, text_column: str = "text", label_column: str = "label", split_column: str = "",
          max_train: int = 0, max_eval: int = 0, seed: int = 0) -> Splits:
     """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically."""
@@ -38,9 +41,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rows = _vader(source)
     elif source == "tweets-3class":
         rows = [(t, label, _hash_split(t)) for t, label in _tweets()]
-    elif assets.is_asset(source):
-        raise EdgekitError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
     else:
+        check_source(source)
         rows = _read_file(Path(source), text_column, label_column, split_column)
     by_split = {"train": [], "validation": [], "test": []}
     for text, label, split in rows:
@@ -146,11 +148,21 @@ def _vader(name: str) -> list:
     return rows
 
 
-def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> list:
+def check_source(source: str) -> None:
+    """A named dataset, or a local file of a supported kind that is there: checked before anything runs."""
+    if source in DATASETS:
+        return
+    if assets.is_asset(source):
+        raise EdgekitError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
+    path = Path(source)
     if not path.is_file():
-        raise EdgekitError(f"dataset {path} not found; give rt-polarity or a local {'/'.join(FILE_SUFFIXES)} file")
+        raise EdgekitError(f"dataset {path} not found; give {', '.join(DATASETS)} or a local "
+                           f"{'/'.join(FILE_SUFFIXES)} file")
     if path.suffix not in FILE_SUFFIXES:
         raise EdgekitError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
+
+
+def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> list:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

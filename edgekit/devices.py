@@ -585,6 +585,7 @@ def summary(target: str, entry: dict) -> str:
             f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}, {r.get('threads', '?')} thread(s)")
     rows = [head, f"  size {m.get('size_mb')} MB, load {r.get('load_s')} s, latency p50/p90/p99 "
                   f"{lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms at {r.get('seq_len', '?')} tokens, "
-                  f"peak RSS {m.get('peak_rss_mb')} MB, throughput {r.get('throughput')}",
+                  f"peak RSS {m.get('peak_rss_mb')} MB, throughput "
+                  f"{', '.join(f'{v:g}/s at {k}' for k, v in (r.get('throughput') or {}).items()).replace('_', ' ')}",
             f"  accuracy {m.get('accuracy')} on {r.get('examples', 0)} sentences (retained {m.get('accuracy_retained')})"]
     return "\n".join(rows + gate.lines(entry["budgets"]))

@@ -63,6 +63,12 @@ def unnamed(labels: list) -> bool:
     return list(labels) == [f"LABEL_{i}" for i in range(len(labels))]
 
 
+def max_tokens(config) -> int:
+    """The longest input the position table takes (RoBERTa and MPNet start positions after the padding id)."""
+    offset = 2 if config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet") else 0
+    return config.max_position_embeddings - offset
+
+
 def num_layers(config) -> int:
     return config.num_hidden_layers
 

@@ -29,7 +29,7 @@ def parse_budget(text: str) -> tuple:
 
 def weights_mb(path: Path) -> float:
     """Size of the weights of a model file or folder, in MB, from the files alone."""
-    if not artifact.weight_files(path):
+    if not artifact.weight_files(path) or (path.is_file() and path.suffix not in artifact.WEIGHT_SUFFIXES):
         raise EdgekitError(f"{path} holds no model weights ({', '.join(artifact.WEIGHT_SUFFIXES)}); nothing to gate")
     return artifact.weights_mb(path)
 
@@ -43,6 +43,9 @@ def load_manifest(path: Path) -> tuple:
         raise EdgekitError(f"cannot read {manifest_path} ({getattr(e, 'strerror', None) or e}); give a run folder "
                            f"or its manifest.json")
     version = manifest.get("schema") if isinstance(manifest, dict) else None
+    if version is None:
+        raise EdgekitError(f"{manifest_path} is not an edgekit run manifest (no schema); give a run folder or its "
+                           f"manifest.json, or a model file or folder for --max-size-mb")
     if version != SCHEMA:
         raise EdgekitError(f"{manifest_path} has manifest schema {version!r}; this edgekit reads schema {SCHEMA}: "
                            f"upgrade edgekit or re-run the recipe")
@@ -57,6 +60,9 @@ def load_manifest(path: Path) -> tuple:
 def check(path, budgets: list, target: str = None) -> list:
     """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given."""
     path = Path(path)
+    for metric, _, bound in budgets:
+        if recipes.not_fraction(metric, bound):
+            raise UsageError(recipes.not_fraction(metric, bound))
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a run folder, its manifest.json, or a model file or folder")
     is_run = (path / "manifest.json").is_file() or path.suffix == ".json"
@@ -86,6 +92,13 @@ def check(path, budgets: list, target: str = None) -> list:
     if manifest["final"].get("outputs"):  # one artifact per target and format: every one must hold
         artifacts = {name: (o, {**o["metrics"], **(targets[target].get("metrics", {}) if target else {})})
                      for name, o in manifest["final"]["outputs"].items()}
+    benched = targets[target].get("model") if target else None
+    if benched:  # the device's numbers belong to the model it ran: never mixed with another model's size
+        artifacts = {n: a for n, a in artifacts.items() if (run / a[0]["path"]).resolve() == (run / benched).resolve()}
+        if not artifacts:
+            raise EdgekitError(f"target '{target}' ran {benched}, not the run's final model "
+                               f"({manifest['final']['path']}); gate checks the final model: run edgekit bench {run} "
+                               f"--target {target} without --model, then gate again")
     rows = []
     for name, (entry, measured) in artifacts.items():
         path = Path(entry["path"])

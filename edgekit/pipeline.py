@@ -17,10 +17,11 @@ from pathlib import Path
 import edgekit
 from edgekit import assets, data, families, recipe as recipes, stages
 from edgekit.artifact import Artifact, write_json
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
 LOW_DISK_MB = 100
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model")  # fast, WordPiece, BPE, SentencePiece
 DISTRIBUTED = ("finetune", "distill", "prune")  # data-parallel under torchrun (training.train); the rest: rank 0
 
 
@@ -45,6 +46,16 @@ def resolve_model(spec: str) -> Artifact:
     if path.exists():
         if not (path / "config.json").is_file():
             raise EdgekitError(f"{path} is not a transformers model folder (no config.json)")
+        try:
+            json.loads((path / "config.json").read_text())
+        except (UnicodeDecodeError, ValueError) as e:
+            raise EdgekitError(f"{path / 'config.json'} is not valid JSON ({e}); restore it from where the model came")
+        if not _has(path, "*.safetensors", "pytorch_model*.bin"):
+            raise EdgekitError(f"{path} has no weights (model.safetensors); save the model into it "
+                               f"(model.save_pretrained(folder))")
+        if not _has(path, *TOKENIZER_FILES):  # transformers would make up a tokenizer of 5 special tokens
+            raise EdgekitError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the model's "
+                               f"tokenizer into it (tokenizer.save_pretrained(folder))")
         return Artifact(path.resolve(), "hf")
     try:
         from huggingface_hub import snapshot_download
@@ -53,6 +64,10 @@ def resolve_model(spec: str) -> Artifact:
     except Exception as e:
         raise EdgekitError(f"model '{spec}' is not an asset or a local folder, and the model hub could not provide it "
                            f"({type(e).__name__}); offline model assets: {', '.join(model_assets())}")
+
+
+def _has(folder: Path, *patterns) -> bool:
+    return any(True for pattern in patterns for _ in folder.glob(pattern))
 
 
 def model_assets() -> list:
@@ -74,7 +89,7 @@ def sidecars(model_file: Path) -> list:
 
 def prepare_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
-        raise EdgekitError(f"--out {out} is a file; give a folder path")
+        raise UsageError(f"--out {out} is a file; give a folder path")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{os.getpid()}"
@@ -245,6 +260,11 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                                for row in check_budgets(recipe["budgets"], a.metrics)]
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
     write_json(out / "manifest.json", manifest)
+    ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
+    for old in sorted(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()):  # an earlier recipe's stages
+        if old.name.removesuffix(".partial") not in ours and old.name.removesuffix(".partial")[3:] in stages.NAMES:
+            shutil.rmtree(old)
+            log(f"removed {old.name}: a stage of an earlier recipe run into this folder", progress)
     return manifest
 
 
@@ -360,6 +380,14 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
 def check_budgets(budgets: dict, metrics: dict) -> list:
     return [recipes.budget_row(metric, *recipes.parse_bound(bound), metrics.get(metric),
                                metrics.get(f"{metric}_interval")) for metric, bound in budgets.items()]
+
+
+def check_inputs(recipe: dict) -> None:
+    """What --dry-run can tell without fetching or loading anything: the data is there, a local teacher folder is
+    whole (a hub id is only tried by a real run)."""
+    data.check_source(recipe["data"]["source"])
+    if not assets.is_asset(recipe["teacher"]) and Path(recipe["teacher"]).expanduser().exists():
+        resolve_model(recipe["teacher"])
 
 
 def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:

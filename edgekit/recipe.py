@@ -1,5 +1,6 @@
 """YAML -> a validated recipe. Every error is collected before anything runs and each names what is
-accepted. Stage settings are checked by binding them to the stage's own `run` signature."""
+accepted. Stage settings are checked by binding them to the stage's own `run` signature (names and types) and
+against what the values may be: COMMON below, then the stage module's own LIMITS (data.LIMITS for data)."""
 import copy
 import inspect
 import types
@@ -18,7 +19,12 @@ DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "se
 METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90",
            "latency_ms_p99", "peak_rss_mb", "max_abs_diff", "label_agreement")
 OPS = ("<=", ">=", "<", ">")
+FRACTIONS = ("accuracy", "accuracy_retained")  # bounded as fractions: 0.97, never 97
 NEEDS_HF = ("finetune", "distill", "prune", "export")  # stages that read a transformers folder
+# What a setting may be, by its name in any stage: an interval for a number (inf: no upper end), a tuple of words
+COMMON = {"epochs": "(0, inf)", "lr": "(0, inf)", "batch_size": "[1, inf)", "warmup": "[0, 1)",
+          "weight_decay": "[0, inf)", "checkpoint_every": "[0, inf)", "temperature": "(0, inf)",
+          "check_sentences": "[1, inf)", "transfer_examples": "[1, inf)"}
 
 
 def names() -> list:
@@ -39,15 +45,37 @@ def find(name: str) -> Path:
 def load(name: str, overrides: list = ()) -> dict:
     path = find(name)
     try:
-        recipe = yaml.safe_load(path.read_text())
+        recipe = yaml.load(path.read_text(encoding="utf-8"), UniqueKeyLoader)
+    except UnicodeDecodeError as e:
+        raise UsageError(f"recipe {path} is not UTF-8 text (byte {e.start}); save it as UTF-8")
     except yaml.YAMLError as e:
-        raise UsageError(f"recipe {path} is not valid YAML ({str(e).splitlines()[0]})")
+        raise UsageError(f"recipe {path} is not valid YAML ({yaml_problem(e)})")
     if not isinstance(recipe, dict):
         raise UsageError(f"recipe {path} must be a mapping of keys to settings")
     recipe.setdefault("name", path.stem)
     for item in overrides:
         apply_override(recipe, item)
     return validate(recipe)
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """What is wrong and where: 'key 'seed' appears twice at line 4, column 1'."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{getattr(e, 'problem', None) or str(e).splitlines()[0]}{where}"
 
 
 def apply_override(recipe: dict, item: str) -> None:
@@ -94,6 +122,10 @@ def validate(recipe: dict) -> dict:
             targets.formats_for(recipe["targets"], recipe["export"]["format"])
         except EdgekitError as e:
             errors.append(str(e))
+    seq_len = (recipe.get("bench") or {}).get("seq_len") if "bench" in (recipe.get("stages") or []) else None
+    if _is(seq_len, int) and _is(recipe["max_length"], int) and seq_len > recipe["max_length"]:
+        errors.append(f"bench.seq_len {seq_len} is longer than max_length {recipe['max_length']}, where the "
+                      f"exported model cuts its input; lower bench.seq_len or raise max_length")
     errors += _check_budgets(recipe)
     if not isinstance(recipe.setdefault("devices", {}) or {}, dict):
         errors.append("devices must map device names to settings (kind: local, ssh, adb or qemu-arm64)")
@@ -108,7 +140,7 @@ def _check_data(recipe: dict) -> list:
         spec = recipe["data"] = {"source": spec}
     if not isinstance(spec, dict) or "source" not in spec:
         return ["data must name a source: rt-polarity or a local .csv/.tsv/.jsonl file (data.source)"]
-    return _bind("data", data.load, {k: v for k, v in spec.items()}, skip=("seed",))
+    return _bind("data", data.load, {k: v for k, v in spec.items()}, skip=("seed",), limits=data.LIMITS)
 
 
 def _check_stages(recipe: dict) -> list:
@@ -128,7 +160,8 @@ def _check_stages(recipe: dict) -> list:
         if settings and name not in order:
             errors.append(f"{name} has settings but is not in stages; add it to stages or drop its settings")
         if name in order:
-            problems = _bind(name, stages.entry(name), settings, skip=("artifact", "out_dir", "ctx"))
+            problems = _bind(name, stages.entry(name), settings, skip=("artifact", "out_dir", "ctx"),
+                             limits=stages.limits(name))
             errors += problems
             if not problems:  # the resolved recipe shows every setting, defaults included
                 recipe[name] = {**_defaults(stages.entry(name), skip=("artifact", "out_dir", "ctx")), **settings}
@@ -158,6 +191,8 @@ def _check_budgets(recipe: dict) -> list:
         elif parse_bound(bound) is None:
             errors.append(f"budget {metric}: {bound!r} must be an operator and a number, for example '<= 100' "
                           f"(operators: {', '.join(OPS)})")
+        elif not_fraction(metric, parse_bound(bound)[1]):
+            errors.append(not_fraction(metric, parse_bound(bound)[1]))
     return errors
 
 
@@ -172,6 +207,12 @@ def parse_bound(bound):
     return None
 
 
+def not_fraction(metric: str, bound: float) -> str:
+    if metric in FRACTIONS and bound > 1.5:
+        return f"budget {metric} {bound:g} is not a fraction: 0.97 means 97%; give for example {metric} >= 0.97"
+    return ""
+
+
 def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dict:
     """One budget checked: an unmeasured metric (None) never holds. `interval`: the metric's 95% interval where one
     was measured (the evaluate stage's, for accuracy_retained), carried on the row for the reports."""
@@ -181,8 +222,9 @@ def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dic
     return dict(row, interval=interval) if interval else row
 
 
-def _bind(section: str, fn, settings: dict, skip=()) -> list:
+def _bind(section: str, fn, settings: dict, skip=(), limits=None) -> list:
     params = {n: p for n, p in inspect.signature(fn).parameters.items() if n not in skip}
+    limits = {**COMMON, **(limits or {})}
     errors = []
     for key, value in settings.items():
         if key not in params:
@@ -191,9 +233,29 @@ def _bind(section: str, fn, settings: dict, skip=()) -> list:
         want = typing.get_type_hints(fn).get(key)
         if want is not None and not _is(value, want):
             errors.append(f"{section}.{key} must be {_type_name(want)}, got {value!r}")
+        elif outside(value, limits.get(key)):
+            errors.append(f"{section}.{key} must be {outside(value, limits[key])}, got {value!r}")
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in settings]
     errors += [f"{section}: missing key '{n}'" for n in missing]
     return errors
+
+
+def outside(value, limit) -> str:
+    """'' when `value` is allowed, else what is: `limit` is an interval such as '(0, 1]' or '[1, inf)' for a number,
+    or a tuple of words (for a word, or each value of a mapping: quantize.mode per format). Lists and None pass."""
+    if limit is None or value is None or isinstance(value, (bool, list)):
+        return ""
+    if isinstance(limit, tuple):
+        words = value.values() if isinstance(value, dict) else [value]
+        return "" if all(w in limit for w in words if isinstance(w, str)) else f"one of {', '.join(limit)}"
+    if isinstance(value, dict | str):
+        return ""
+    lo, hi = (float(x) for x in limit[1:-1].split(","))
+    if (lo <= value if limit[0] == "[" else lo < value) and (value <= hi if limit[-1] == "]" else value < hi):
+        return ""
+    if hi == float("inf"):
+        return f"{'>=' if limit[0] == '[' else '>'} {lo:g}"
+    return f"in {limit}"
 
 
 def _defaults(fn, skip=()) -> dict:

@@ -27,6 +27,8 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
     """Train `model` on `encoded` [(ids, label)] minimising `loss_fn(model, batch)`; resumes from
     `out_dir/checkpoint` when one is there. `extra_params` (projections a loss owns) train and checkpoint
     with the model. Returns the mean loss of the last 50 steps."""
+    if batch_size < 1 or not encoded:  # no batches: the loop below would never end
+        raise EdgekitError(f"{desc}: nothing to train on ({len(encoded)} examples, batch_size {batch_size})")
     rank, world = distributed()
     device = _device(world)
     torch.manual_seed(seed)
@@ -191,10 +193,14 @@ def _save(ckpt: Path, model, optimizer, scheduler, step: int, extra_params, loss
     tmp.mkdir(parents=True)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     state.update({f"extra.{i}": p.detach().contiguous() for i, p in enumerate(extra_params)})
-    save_file(_untie(state), tmp / "model.safetensors")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-                "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "losses": list(losses)},
-               tmp / "state.pt")
+    try:
+        save_file(_untie(state), tmp / "model.safetensors")
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
+                    "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "losses": list(losses)},
+                   tmp / "state.pt")
+    except BaseException:  # a full disk: give back what the half-written one holds
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     old = ckpt.with_name(ckpt.name + ".old")
     if ckpt.exists():
         os.replace(ckpt, old)

@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 from edgekit import cli
+from edgekit.errors import EdgekitError
 
 
 def edgekit(*args):
@@ -56,3 +57,90 @@ def test_assets_list():
     done = edgekit("assets")
     assert done.returncode == 0
     assert all(name in done.stdout for name in ("minilm-l6", "mpnet-base", "rt-polarity"))
+
+
+def test_file_errors_say_what_to_do_by_their_kind():
+    import errno
+
+    full = cli.os_problem(OSError(errno.ENOSPC, "No space left on device", "/r/02-distill/model.safetensors"))
+    assert full.startswith("cannot write /r/02-distill/model.safetensors: No space left on device; free space")
+    assert "permissions" in cli.os_problem(OSError(errno.EACCES, "Permission denied", "/r"))
+    gone = cli.os_problem(OSError(errno.ENOENT, "No such file or directory", "/missing/dir/g.xml.tmp"))
+    assert gone.startswith("/missing/dir/g.xml.tmp does not exist") and "free space" not in gone
+    # transformers raises a bare OSError: said to be a disk or permissions problem before
+    bare = cli.os_problem(OSError("Error no file named model.safetensors found in directory /m.\nmore"))
+    assert bare == "cannot read or write: Error no file named model.safetensors found in directory /m."
+
+
+def test_gate_junit_into_a_missing_folder_is_one_line(tiny_recipe, tmp_path, capsys):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"0" * 1000)
+    code = cli.main(["gate", str(model), "--max-size-mb", "1", "--junit", str(tmp_path / "no" / "g.xml")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "g.xml.tmp does not exist" in err and "--out" not in err
+
+
+def test_dry_run_refuses_out_of_range_values_with_exit_2():
+    done = edgekit("compress", "--dry-run", "prune.heads_keep=1.5", "distill.alpha=2", "evaluate.split=train")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "distill.alpha must be in [0, 1], got 2" in done.stderr
+    assert "evaluate.split must be one of validation, test" in done.stderr
+    assert "prune has settings but is not in stages" in done.stderr  # distilbert-int8 has no prune stage
+
+
+def test_accuracy_bounds_are_fractions(tmp_path):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"0" * 1000)
+    done = edgekit("gate", str(model), "--min-accuracy-retained", "97")
+    assert done.returncode == 2 and "accuracy_retained 97 is not a fraction: 0.97 means 97%" in done.stderr
+    done = edgekit("compress", "--dry-run", "budgets.accuracy_retained=>= 97")
+    assert done.returncode == 2 and "not a fraction" in done.stderr
+
+
+def test_usage_mistakes_outside_recipes_exit_2_and_help_names_the_exit_codes():
+    for args in (["recipes", "show"], ["assets", "fetch", "nope"], ["compare", "minilm-l6", "--threads", "0"],
+                 ["compare", "minilm-l6", "--threads", "-2"]):
+        done = edgekit(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+    assert "assets fetch needs a NAME from: minilm-l6" in edgekit("assets", "fetch", "nope").stderr
+    for args in (["--help"], ["gate", "--help"], ["compare", "--help"]):
+        assert "3 over budget" in " ".join(edgekit(*args).stdout.split())
+    assert "0.97 keeps 97%" in " ".join(edgekit("gate", "--help").stdout.split())
+
+
+def test_dry_run_checks_the_data_and_a_local_teacher_folder(tmp_path):
+    done = edgekit("compress", "--dry-run", "--data", str(tmp_path / "missing.csv"))
+    assert done.returncode == 1 and "missing.csv not found; give rt-polarity, vader-amazon" in done.stderr
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{")
+    done = edgekit("compress", "--dry-run", "--teacher", str(tmp_path / "m"))
+    assert done.returncode == 1 and "config.json is not valid JSON" in done.stderr
+
+
+def test_compare_refuses_a_sequence_longer_than_the_positions(model_dir, tmp_path, capsys):
+    code = cli.main(["compare", str(model_dir), "--seq-len", "512", "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 1 and "--seq-len 512 is longer than" in err and "(128 tokens); lower --seq-len" in err
+
+
+def test_an_error_starts_its_own_line_after_a_progress_bar_and_interrupts_say_what_resumes(monkeypatch, capsys):
+    from tqdm import tqdm
+
+    from edgekit import compare
+
+    def fails(*args):
+        bar = tqdm(total=10, desc="compare")
+        bar.update(3)
+        raise EdgekitError("boom")
+
+    monkeypatch.setattr(compare, "run", fails)
+    assert cli.main(["compare", "minilm-l6"]) == 1
+    err = capsys.readouterr().err
+    assert "\nedgekit: error: boom\n" in err and err.count("edgekit: error") == 1
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "run", interrupted)
+    assert cli.main(["compare", "minilm-l6"]) == 130
+    assert capsys.readouterr().err == "edgekit: interrupted\n"  # compare does not resume

@@ -57,6 +57,7 @@ def test_local_target_merges_result_and_checks_budgets(run, tmp_path, capsys):
     assert len(entry["predictions"]) == entry["result"]["examples"]
     shown = capsys.readouterr().out
     assert "target here (local)" in shown
+    assert f"throughput {entry['result']['throughput']['batch_1']:g}/s at batch 1, " in shown  # was a raw dict
     isa = devices.runner_module().int8_isa()
     assert entry["result"]["int8_isa"] == isa and (not isa or f"({isa})," in shown)  # the CPU's INT8 instructions
     over = targets_file(tmp_path, {"here": {"kind": "local", "runs": 3, "budgets": {"peak_rss_mb": "<= 1"}}})

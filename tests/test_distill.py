@@ -182,12 +182,10 @@ def test_bad_init_from_is_one_line_and_writes_nothing(model_dir, csv_file, tmp_p
 @pytest.mark.parametrize("settings, message", [
     ({"layers": [0, 9]}, "teacher layer indices 0..3"),
     ({"layers": "half"}, "give every_other, all, or a list"),
-    ({"temperature": 0}, "temperature > 0"),
     ({"layer_map": [0, 4]}, "layer_map .* does not fit"),
     ({"student_config": NARROW, "hidden": 1.0, "projection": False}, "projection is false"),
     ({"intermediate_epochs": 1, "cosine": 0.0}, "needs an intermediate loss"),
     ({"student_config": {"vocab_size": 10}}, "student_config key 'vocab_size'"),
-    ({"student_finetune": -1}, "student_finetune=-1: epochs"),
 ])
 def test_bad_distill_settings(model_dir, csv_file, tmp_path, settings, message):
     ctx = context(csv_file, model_dir)

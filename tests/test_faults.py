@@ -43,6 +43,7 @@ def test_full_disk_fails_in_one_line_and_leaves_no_finished_stage_half_written(t
     assert all((out / rel).is_file() for s in finished for rel in s["files"])  # what finished is whole
     stage_dirs = {p.name for p in out.iterdir() if p.is_dir()}
     assert {d for d in stage_dirs if not d.endswith(".partial")} <= recorded  # nothing unrecorded looks finished
+    assert not list(out.rglob("checkpoint.tmp"))  # a half-written checkpoint gives its space back
 
 
 def test_read_only_output_folder_is_refused_before_any_work(tiny_recipe, tmpfs):

@@ -96,6 +96,28 @@ def test_bad_budgets_and_targets(finished, tmp_path):
         gate.check(tmp_path / "bad.json", [])
 
 
+def test_size_only_gate_refuses_files_that_are_not_models(finished, tmp_path):
+    for name in ("tiny.yaml", "data.csv"):  # each passed as 0 MB of weights
+        (tmp_path / name).write_text("x: 1\n")
+        with pytest.raises(EdgekitError, match=f"{name} holds no model weights"):
+            gate.check(tmp_path / name, [("size_mb", "<=", 5.0)])
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # said: manifest schema None; upgrade edgekit
+    with pytest.raises(EdgekitError, match="config.json is not an edgekit run manifest"):
+        gate.check(tmp_path / "config.json", [("size_mb", "<=", 5.0)])
+
+
+def test_a_target_that_ran_another_model_is_not_gated_with_the_final_models_size(finished):
+    manifest = json.loads((finished / "manifest.json").read_text())
+    device = {"kind": "local", "complete": True, "metrics": {"latency_ms_p90": 1.0}}
+    manifest["devices"] = {"fp32": {**device, "model": "03-export/model.onnx"},
+                           "final": {**device, "model": manifest["final"]["path"]}}
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(EdgekitError, match="target 'fp32' ran 03-export/model.onnx, not the run's final model"):
+        gate.check(finished, [("latency_ms_p90", "<=", 40.0)], target="fp32")
+    rows = gate.check(finished, [("latency_ms_p90", "<=", 40.0), ("size_mb", "<=", 100.0)], target="final")
+    assert [r["ok"] for r in rows] == [True, True]
+
+
 def test_device_results_from_edgekit_bench_are_gated_only_when_complete(finished):
     manifest = json.loads((finished / "manifest.json").read_text())
     manifest["devices"] = {"pi4": {"kind": "ssh", "complete": True, "metrics": {"latency_ms_p90": 42.0}},

@@ -64,6 +64,20 @@ def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_
     assert [s["reused"] for s in changed["stages"]] == [True, False, False, False, False, False]
 
 
+def test_a_different_recipe_into_the_same_folder_removes_the_earlier_recipes_stages(model_dir, csv_file, tmp_path):
+    from edgekit import testing
+
+    path, out = tmp_path / "r.yaml", tmp_path / "run"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "quantize", "evaluate")))
+    pipeline.run(recipe.load(str(path)), out, progress=False)
+    (out / "05-prune.partial").mkdir()  # a stopped stage of yet another recipe
+    (out / "07-notes").mkdir()  # not a stage's name: the user's, kept
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    m = pipeline.run(recipe.load(str(path)), out, progress=False)
+    assert [s["reused"] for s in m["stages"]] == [True, False]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["01-export", "02-evaluate", "07-notes"]
+
+
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):
     """A fix that changes a stage's output raises its REVISION: runs made before it redo that stage rather than
     reuse what the old code wrote. Stages after it follow the content: here export writes the same bytes again,
@@ -151,6 +165,18 @@ def test_bad_data_fails_before_any_output(tiny_recipe, tmp_path):
     with pytest.raises(EdgekitError, match="one class"):
         run(tiny_recipe, out, f"data.source={bad}")
     assert not out.exists()
+
+
+def test_a_teacher_folder_without_tokenizer_files_is_refused_before_any_output(tiny_recipe, model_dir, tmp_path):
+    bare = tmp_path / "bare"  # transformers would make up a 5-token BertTokenizer and train on [UNK] only
+    bare.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (bare / f).write_bytes((model_dir / f).read_bytes())
+    with pytest.raises(EdgekitError, match="bare has no tokenizer files .*tokenizer.save_pretrained"):
+        run(tiny_recipe, tmp_path / "run", f"teacher={bare}")
+    assert not (tmp_path / "run").exists()
+    (bare / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    assert pipeline.resolve_model(str(bare)).path == bare.resolve()
 
 
 def test_unreachable_hub_id_names_the_offline_assets(tiny_recipe, tmp_path, monkeypatch):

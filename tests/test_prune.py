@@ -89,8 +89,6 @@ def test_recovery_distils_from_the_teacher_when_asked_also_one_with_other_token_
         with torch.no_grad():
             assert torch.allclose(logits[i], teacher(input_ids=ids).logits[0], atol=1e-5)
     prune.run(Artifact(model_dir, "hf"), tmp_path / "none", ctx, heads_keep=0.5, recover_from="teacher")  # no recovery
-    with pytest.raises(EdgekitError, match="prune.recover_from='student': give input"):
-        prune.run(Artifact(model_dir, "hf"), tmp_path / "bad", ctx, recover_from="student")
 
 
 def test_recovery_on_teacher_logits_uses_each_sentences_own_row_and_trains(model_dir, ctx, tmp_path, monkeypatch):
@@ -149,18 +147,9 @@ def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model
         prune.factorize_embedding(families.load_model(model_dir), 32)
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"heads_keep": 0.0}, "must be a fraction in \\(0, 1\\]"),
-    ({"ffn_keep": 1.5}, "must be a fraction"),
-    ({"hidden_keep": 0.0}, "prune.hidden_keep=0.0: each must be a fraction"),
-    ({"importance": "taylor"}, "importance is gradient or magnitude"),
-    ({"steps": 0}, "steps >= 1"),
-    ({"heads_per_layer": 5}, "this model has 4 heads per layer; give 1..4"),
-    ({"ffn_multiple": 0}, "ffn_multiple=0: give a whole number >= 1"),
-])
-def test_bad_prune_settings(model_dir, ctx, tmp_path, settings, message):
-    with pytest.raises(EdgekitError, match=message):
-        prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, **settings)
+def test_more_heads_per_layer_than_the_model_has(model_dir, ctx, tmp_path):  # ranges: tests/test_recipe.py
+    with pytest.raises(EdgekitError, match="this model has 4 heads per layer; give 1..4"):
+        prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, heads_per_layer=5)
 
 
 def test_heads_per_layer_budget(model_dir, ctx, tmp_path):

@@ -44,6 +44,93 @@ def test_bad_recipes_get_one_line_naming_what_is_accepted(override, message):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("override, message", [  # each failed only when its stage ran, or not at all
+    ("finetune.batch_size=-3", "finetune.batch_size must be >= 1, got -3"),  # hung the training loop
+    ("distill.batch_size=0", "distill.batch_size must be >= 1"),
+    ("evaluate.batch_size=0", "evaluate.batch_size must be >= 1"),
+    ("finetune.epochs=0", "finetune.epochs must be > 0"),
+    ("finetune.warmup=5", "finetune.warmup must be in [0, 1)"),
+    ("finetune.lr=-1", "finetune.lr must be > 0"),
+    ("finetune.weight_decay=-1", "finetune.weight_decay must be >= 0"),
+    ("distill.epochs=-1", "distill.epochs must be > 0"),
+    ("distill.alpha=2", "distill.alpha must be in [0, 1], got 2"),
+    ("distill.temperature=0", "distill.temperature must be > 0"),
+    ("distill.student_finetune=-1", "distill.student_finetune must be >= 0"),
+    ("distill.layers=half", "distill.layers must be one of every_other, all, got 'half'"),
+    ("distill.transfer_examples=0", "distill.transfer_examples must be >= 1"),
+    ("data.max_train=-5", "data.max_train must be >= 0"),
+    ("data.max_eval=-20", "data.max_eval must be >= 0"),
+    ("export.opset=3", "export.opset must be in [10, 23]"),
+    ("export.min_label_agreement=5", "export.min_label_agreement must be in [0, 1]"),
+    ("export.check_sentences=-1", "export.check_sentences must be >= 1"),
+    ("export.exporter=onnxscript", "export.exporter must be one of torchscript, dynamo"),
+    ("quantize.mode=foo", "quantize.mode must be one of dynamic, static, fp16, got 'foo'"),
+    ("quantize.mode={onnx: int4}", "quantize.mode must be one of dynamic, static, fp16"),
+    ("quantize.check_sentences=0", "quantize.check_sentences must be >= 1"),
+    ("quantize.calibration_size=0", "quantize.calibration_size must be >= 1"),
+    ("quantize.weights=u4", "quantize.weights must be one of int8, uint8"),
+    ("evaluate.split=train", "evaluate.split must be one of validation, test, got 'train'"),
+    ("bench.threads=0", "bench.threads must be >= 1"),
+    ("bench.runs=0", "bench.runs must be >= 1"),
+    ("bench.seq_len=0", "bench.seq_len must be in [2, 512]"),
+    ("bench.seq_len=256", "bench.seq_len 256 is longer than max_length 128"),
+])
+def test_out_of_range_values_are_refused_before_anything_runs(override, message):
+    with pytest.raises(UsageError) as e:
+        recipe.load("distilbert-int8", [override])
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("stages, override, message", [
+    ("[finetune, prune, export]", "prune.heads_keep=1.5", "prune.heads_keep must be in (0, 1], got 1.5"),
+    ("[finetune, prune, export]", "prune.heads_keep=0.0", "prune.heads_keep must be in (0, 1], got 0.0"),
+    ("[finetune, prune, export]", "prune.hidden_keep=0", "prune.hidden_keep must be in (0, 1], got 0"),
+    ("[finetune, prune, export]", "prune.ffn_keep=1.5", "prune.ffn_keep must be in (0, 1]"),
+    ("[finetune, prune, export]", "prune.importance=taylor", "prune.importance must be one of gradient, magnitude"),
+    ("[finetune, prune, export]", "prune.scope=model", "prune.scope must be one of layer, global"),
+    ("[finetune, prune, export]", "prune.steps=0", "prune.steps must be >= 1"),
+    ("[finetune, prune, export]", "prune.ffn_multiple=0", "prune.ffn_multiple must be >= 1"),
+    ("[finetune, prune, export]", "prune.recover_from=student", "prune.recover_from must be one of input, teacher"),
+    ("[finetune, prune, export]", "prune.recover_epochs=-1", "prune.recover_epochs must be >= 0"),
+    ("[finetune, prune, export]", "prune.batch_size=0", "prune.batch_size must be >= 1"),
+    ("[finetune, prune, export]", "prune.transfer_examples=1.5", "prune.transfer_examples must be int"),
+])
+def test_prune_ranges_are_checked_up_front(stages, override, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        recipe.load("distilbert-int8", [f"stages={stages}", override])
+
+
+def test_limits_allow_the_edges_and_every_shipped_recipe():
+    r = recipe.load("distilbert-int8", ["finetune.warmup=0", "distill.alpha=1", "data.max_train=0", "bench.runs=1",
+                                        "quantize.mode={onnx: static}", "bench.seq_len=128", "bench.warmup=0"])
+    assert r["distill"]["alpha"] == 1 and r["quantize"]["mode"] == {"onnx": "static"}
+    for name in recipe.names():
+        recipe.load(name)
+    assert recipe.outside(0.5, "(0, 1]") == "" and recipe.outside(0, "(0, 1]") == "in (0, 1]"
+    assert recipe.outside(1, "[0, 1)") == "in [0, 1)" and recipe.outside(3, "[1, inf)") == ""
+    assert recipe.outside([1, 2], "[1, inf)") == "" and recipe.outside(None, "[0, 1)") == ""
+
+
+@pytest.mark.parametrize("text, message", [
+    ("teacher: minilm-l6\nseed: 1\nseed: 2\n", "key 'seed' appears twice at line 3, column 1"),
+    ("teacher: minilm-l6\ndistill: {epochs: 1, epochs: 2}\n", "key 'epochs' appears twice at line 2"),
+    ("teacher: minilm-l6\nstages: [finetune\n", "at line 3, column 1"),
+])
+def test_yaml_mistakes_say_where(tmp_path, text, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match="not valid YAML") as e:
+        recipe.load(str(path))
+    assert message in str(e.value)
+
+
+def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("description: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match=r"latin1.yaml is not UTF-8 text \(byte 16\); save it as UTF-8"):
+        recipe.load(str(path))
+
+
 def test_all_errors_are_collected_at_once():
     with pytest.raises(UsageError) as e:
         recipe.load("distilbert-int8", ["distill.epoch=1", "finetune.lr=x", "budgets.speed=<= 1"])

@@ -58,6 +58,14 @@ def test_training_reduces_the_loss(model_dir, csv_file, tmp_path):
         assert loss(model, batch).item() < before
 
 
+@pytest.mark.parametrize("batch_size, rows", [(-3, None), (0, None), (16, 0)])
+def test_no_batches_is_an_error_not_an_endless_loop(model_dir, csv_file, tmp_path, batch_size, rows):
+    model, encoded = setup(model_dir, csv_file)  # batch_size -3 used to spin at 100% CPU forever
+    with pytest.raises(EdgekitError, match="t: nothing to train on"):
+        training.train(model, encoded[:rows], loss, out_dir=tmp_path, epochs=1, lr=1e-3, batch_size=batch_size,
+                       warmup=0.1, weight_decay=0.0, checkpoint_every=0, seed=0, pad_id=0, desc="t", progress=False)
+
+
 def test_a_corrupt_checkpoint_is_a_clear_error(model_dir, csv_file, tmp_path):
     model, encoded = setup(model_dir, csv_file)
     (tmp_path / "checkpoint").mkdir()

@@ -10,6 +10,9 @@ from edgekit.artifact import Artifact, size_mb
 from edgekit.errors import EdgekitError
 
 
+LIMITS = {"seq_len": "[2, 512]", "threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)"}  # runs, not a share
+
+
 def run(artifact: Artifact, out_dir: Path, ctx, *, seq_len: int = 128, threads: int = 1, runs: int = 50,
         warmup: int = 10) -> Artifact:
     out_dir.mkdir(parents=True, exist_ok=True)

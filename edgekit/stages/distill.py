@@ -51,6 +51,12 @@ INTERMEDIATE = ("cosine", "embedding", "attention", "hidden", "pkd")
 TOKEN_LEVEL = ("cosine", "embedding", "attention", "hidden")
 
 
+LIMITS = {"layers": ("every_other", "all"), "layer_map": ("uniform", "last"), "intermediate_epochs": "[0, inf)",
+          "alpha": "[0, 1]", "cosine": "[0, inf)", "embedding": "[0, inf)", "attention": "[0, inf)",
+          "hidden": "[0, inf)", "pkd": "[0, inf)", "augment": "[0, inf)", "augment_p": "(0, 1]",
+          "augment_k": "[1, inf)", "cache_mb": "[0, inf)", "student_finetune": "[0, inf)"}  # and recipe.COMMON
+
+
 def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", layers: list | str = "every_other",
         student_config: dict | None = None, init_from: str = "", layer_map: list | str = "uniform",
         epochs: float = 2.0, intermediate_epochs: float = 0.0, lr: float = 1e-4, batch_size: int = 32,
@@ -61,11 +67,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         student_finetune: float = 0.0, transfer: str = "", transfer_examples: int = 10000) -> Artifact:
     weights = {"kd": alpha, "ce": 1 - alpha, "cosine": cosine, "embedding": embedding, "attention": attention,
                "hidden": hidden, "pkd": pkd}
-    check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k)
-    check_transfer("distill", transfer, transfer_examples)
-    if student_finetune < 0:
-        raise EdgekitError(f"distill.student_finetune={student_finetune}: epochs of hard-label training before "
-                           f"distilling; give 0 (off) or more")
+    if intermediate_epochs > 0 and not any(weights[k] for k in INTERMEDIATE):  # ranges: LIMITS, before any stage
+        raise EdgekitError("distill.intermediate_epochs > 0 needs an intermediate loss: set one of "
+                           f"{', '.join(INTERMEDIATE)} > 0")
     teacher = families.load_model(artifact.path)
     t_tok = families.load_tokenizer(artifact.path)
     model, s_tok, keep, init_share = build_student(teacher, t_tok, student, layers, student_config)
@@ -133,27 +137,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     if init_share is not None:
         metrics["init_from_teacher"] = round(init_share, 3)
     return Artifact(out_dir / "model", "hf", metrics)
-
-
-def check(temperature, alpha, weights, epochs, intermediate_epochs, augment, augment_p, augment_k) -> None:
-    if temperature <= 0 or not 0 <= alpha <= 1 or min(weights.values()) < 0:
-        raise EdgekitError("distill needs temperature > 0, 0 <= alpha <= 1 and cosine, embedding, attention, hidden, "
-                           "pkd >= 0")
-    if epochs <= 0 or intermediate_epochs < 0:
-        raise EdgekitError(f"distill.epochs={epochs}, intermediate_epochs={intermediate_epochs}: epochs must be > 0 "
-                           f"and intermediate_epochs >= 0")
-    if intermediate_epochs > 0 and not any(weights[k] for k in INTERMEDIATE):
-        raise EdgekitError("distill.intermediate_epochs > 0 needs an intermediate loss: set one of "
-                           f"{', '.join(INTERMEDIATE)} > 0")
-    if augment < 0 or not 0 < augment_p <= 1 or augment_k < 1:
-        raise EdgekitError(f"distill.augment={augment}, augment_p={augment_p}, augment_k={augment_k}: copies >= 0, "
-                           f"a replacement probability in (0, 1], at least 1 candidate")
-
-
-def check_transfer(stage: str, transfer, examples) -> None:
-    if not isinstance(transfer, str) or not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
-        raise EdgekitError(f"{stage}.transfer={transfer!r}, {stage}.transfer_examples={examples!r}: give tweets-3class "
-                           f"or a .txt path (or leave transfer out) and a whole number of texts >= 1")
 
 
 def eval_texts(ctx) -> list:

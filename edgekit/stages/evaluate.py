@@ -22,9 +22,10 @@ REVISION = 3  # 2: a transformers folder (the teacher) is truncated at the recip
 # 3: accuracy_retained_interval
 
 
+LIMITS = {"split": ("validation", "test")}  # and recipe.COMMON
+
+
 def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_size: int = 1) -> Artifact:
-    if split not in ("validation", "test"):
-        raise EdgekitError(f"evaluate.split '{split}'; allowed: validation, test")
     examples = getattr(ctx.splits, split)
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")

@@ -20,10 +20,16 @@ import torch.nn.functional as F
 from edgekit import data, families, training
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
-from edgekit.stages.distill import check_transfer, eval_texts
+from edgekit.stages.distill import eval_texts
 
 REVISION = 3  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs);
 # 3: the kept vocabulary includes the transfer texts' pieces
+
+
+LIMITS = {"heads_keep": "(0, 1]", "ffn_keep": "(0, 1]", "hidden_keep": "(0, 1]", "heads_per_layer": "[0, inf)",
+          "importance": ("gradient", "magnitude"), "scope": ("layer", "global"), "steps": "[1, inf)",
+          "importance_batches": "[1, inf)", "ffn_multiple": "[1, inf)", "embedding_rank": "[0, inf)",
+          "recover_epochs": "[0, inf)", "recover_from": ("input", "teacher")}  # and recipe.COMMON
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_keep: float = 1.0,
@@ -32,19 +38,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input", transfer: str = "",
         transfer_examples: int = 10000) -> Artifact:
-    if not 0 < heads_keep <= 1 or not 0 < ffn_keep <= 1 or not 0 < hidden_keep <= 1:
-        raise EdgekitError(f"prune.heads_keep={heads_keep}, prune.ffn_keep={ffn_keep}, "
-                           f"prune.hidden_keep={hidden_keep}: each must be a fraction in (0, 1]; a layer always keeps "
-                           f"at least one head")
-    if importance not in ("gradient", "magnitude") or scope not in ("layer", "global") or steps < 1:
-        raise EdgekitError("prune.importance is gradient or magnitude, prune.scope is layer or global, prune.steps >= 1")
-    if not isinstance(ffn_multiple, int) or ffn_multiple < 1:
-        raise EdgekitError(f"prune.ffn_multiple={ffn_multiple!r}: give a whole number >= 1 "
-                           f"(1 keeps the exact fraction)")
-    if recover_from not in ("input", "teacher"):
-        raise EdgekitError(f"prune.recover_from={recover_from!r}: give input (KD from the unpruned model) or teacher "
-                           f"(from the fine-tuned teacher)")
-    check_transfer("prune", transfer, transfer_examples)
     model = families.load_model(artifact.path)
     tokenizer = families.load_tokenizer(artifact.path)
     if hidden_keep < 1:

@@ -38,6 +38,8 @@ from edgekit.stages.export import compare
 MODES = ("dynamic", "static", "fp16")
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 OFFERED = {"onnx": MODES, "tflite": MODES, "torchscript": ("dynamic",)}
+LIMITS = {"mode": MODES, "calibration": CALIBRATIONS, "calibration_size": "[1, inf)", "max_accuracy_drop": "[0, 1)",
+          "weights": ("int8", "uint8")}  # and recipe.COMMON
 FALLBACK = {"static": "dynamic", "dynamic": "fp16"}  # milder methods, for formats without per-node exclusion
 FILES = {"onnx": "model.onnx", "tflite": "model.tflite", "torchscript": "model.pt"}
 
@@ -54,24 +56,22 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
     if artifact.kind == "hf":
         raise EdgekitError("quantize needs an exported model (onnx, tflite or torchscript); put export before quantize")
     modes = mode if isinstance(mode, dict) else {a.kind: mode for a in sources.values()}
-    if calibration not in CALIBRATIONS:
-        raise EdgekitError(f"quantize.calibration '{calibration}'; choose from {', '.join(CALIBRATIONS)}")
     for a in sources.values():
         if modes.get(a.kind) not in OFFERED[a.kind]:
             raise EdgekitError(f"quantize.mode {modes.get(a.kind)} is not offered for {a.kind} (offered: "
                                f"{', '.join(OFFERED[a.kind])}); give another mode, or one per format such as "
                                f"{{onnx: static, torchscript: dynamic}}")
-    if weights not in ("int8", "uint8") or (weights == "uint8" and modes.get("onnx") != "dynamic"):
+    if weights == "uint8" and modes.get("onnx") != "dynamic":
         raise EdgekitError(f"quantize.weights {weights!r} with ONNX mode {modes.get('onnx')}: give int8, or uint8 "
                            f"with an ONNX export in mode dynamic")
     calib = []
     if "static" in modes.values():
         calib = [t for t, _ in ctx.splits.train[:calibration_size]]
-        if calibration_size < 1 or not calib:
-            raise EdgekitError("static quantization needs calibration data: the training split is empty or "
-                               "quantize.calibration_size < 1; give data with a train split or use mode: dynamic")
-    if max_accuracy_drop is not None and not (0 <= max_accuracy_drop < 1 and ctx.splits.validation):
-        raise EdgekitError("quantize.max_accuracy_drop needs a value in [0, 1) and a validation split to measure on")
+        if not calib:
+            raise EdgekitError("static quantization needs calibration data: the training split is empty; give data "
+                               "with a train split or use mode: dynamic")
+    if max_accuracy_drop is not None and not ctx.splits.validation:
+        raise EdgekitError("quantize.max_accuracy_drop needs a validation split to measure on")
     by_format = {a.kind: a for a in sources.values()}
     pairs = targets.pairs(ctx.targets, list(by_format))
     outputs, done = {}, {}
