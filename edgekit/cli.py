@@ -119,7 +119,8 @@ def build_parser():
     g.add_argument("--min-accuracy-retained", type=float, help="accuracy / teacher accuracy as a fraction: 0.97 "
                                                                "keeps 97%%")
     g.add_argument("--budget", action="append", default=[], metavar="METRIC<=N", help="any metric, repeatable")
-    g.add_argument("--target", help="check the results of this device target")
+    g.add_argument("--target", help="check the results of this device target (edgekit bench), against the run's "
+                                    "budgets and the target's own")
     g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
     g.set_defaults(func=cmd_gate)
 
@@ -138,7 +139,8 @@ def build_parser():
                                                                 "(default artifacts/compare)")
     cp.set_defaults(func=cmd_compare)
 
-    sw = sub.add_parser("sweep", help="run a recipe over a grid (key=v1,v2 ...), sharing stages; report the Pareto front")
+    sw = sub.add_parser("sweep", help="run a recipe over a grid (key=v1,v2 ...), sharing stages; report the Pareto "
+                                      "front; exit 1 if a point failed (the others still run), 3 if one is over budget")
     sw.add_argument("--recipe", default="distilbert-int8", help="a shipped recipe name or a .yaml path")
     sw.add_argument("--out", help="sweep folder (default artifacts/sweep-<recipe>)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run grid points as tasks on this Ray cluster (HOST:PORT)")
@@ -227,7 +229,13 @@ def cmd_gate(args) -> int:
                               (args.min_accuracy_retained, "accuracy_retained", ">=")):
         if value is not None:
             budgets.append((metric, op, value))
-    rows = gate.check(args.path, budgets, args.target)
+    if args.junit and not Path(args.junit).resolve().parent.is_dir():
+        raise UsageError(f"--junit {args.junit}: its folder does not exist; create it or give another path")
+    try:
+        rows = gate.check(args.path, budgets, args.target)
+    except EdgekitError as e:  # CI dashboards show why nothing was checked, not a missing file
+        gate.write_reports([], str(args.path), args.junit, error=str(e))
+        raise
     print("\n".join(gate.lines(rows)))
     gate.write_reports(rows, str(args.path), args.junit)
     return 0 if all(r["ok"] for r in rows) else OVER_BUDGET
@@ -245,8 +253,9 @@ def cmd_bench(args) -> int:
 def cmd_report(args) -> int:
     from edgekit import report
 
-    out = Path(args.out) if args.out else (Path(args.runs[0]) / "report" if len(args.runs) == 1
-                                           else Path("artifacts") / "report")
+    first = Path(args.runs[0])
+    first = first.parent if first.suffix == ".json" else first  # a run folder or its manifest.json
+    out = Path(args.out) if args.out else (first / "report" if len(args.runs) == 1 else Path("artifacts") / "report")
     print(report.build(args.runs, out))
     return 0
 
@@ -268,8 +277,13 @@ def cmd_sweep(args) -> int:
     out = Path(args.out) if args.out else Path("artifacts") / f"sweep-{name}"
     result = sweep.sweep(args.recipe, args.overrides, out, args.ray, progress=not args.quiet)
     print(result["table"])
-    print(f"written: {out / 'sweep.md'}, {out / 'report' / 'report.md'}")
-    return 0
+    built = out / "report" / "report.md"
+    print(f"written: {out / 'sweep.md'}" + (f", {built}" if built.is_file() else ""))
+    status = {r["status"] for r in result["rows"]}
+    for r in result["rows"]:
+        if r["status"] == "failed":
+            print(f"edgekit: error: sweep point {r['run']}: {r['error']}", file=sys.stderr)
+    return 1 if "failed" in status else OVER_BUDGET if "over_budget" in status else 0
 
 
 def cmd_recipes(args) -> int:

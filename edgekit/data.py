@@ -164,7 +164,7 @@ def check_source(source: str) -> None:
 
 def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> list:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError:
         raise EdgekitError(f"dataset {path} is not UTF-8 text; convert it to UTF-8")
     if path.suffix == ".jsonl":

@@ -46,6 +46,8 @@ FIELDS = {
     "qemu-arm64": {"release": str, "mirror": str, "cpu": str},
 }
 REQUIRED = {"ssh": ("host",), "adb": ("serial",)}
+LIMITS = {"threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)", "batch": "[1, inf)", "seq_len": "[2, 512]",
+          "sentences": "[0, inf)", "timeout_s": "[1, inf)", "port": "[1, 65535]", "connect_timeout": "[1, inf)"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # hosts, users, serials: never an option, never shell syntax
 RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
 
@@ -121,6 +123,8 @@ def check_target(name: str, spec) -> list:
         value = spec.get(key)
         if key in spec and not (isinstance(value, want) and not (want is int and isinstance(value, bool))):
             errors.append(f"target {name}: {key} must be {want.__name__}, got {value!r}")
+        elif key in spec and recipes.outside(value, LIMITS.get(key)):
+            errors.append(f"target {name}: {key} must be {recipes.outside(value, LIMITS[key])}, got {value!r}")
     errors += [f"target {name}: missing key '{k}' (needed for {spec['kind']})"
                for k in REQUIRED.get(spec["kind"], ()) if k not in spec]
     if spec["kind"] == "qemu-arm64" and spec.get("cpu", "cortex-a72") not in CPUS:
@@ -133,6 +137,8 @@ def check_target(name: str, spec) -> list:
             errors.append(f"target {name}: budget on unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
         elif recipes.parse_bound(bound) is None:
             errors.append(f"target {name}: budget {metric}: {bound!r} must be an operator and a number, e.g. '<= 40'")
+        elif recipes.bound_problem(metric, recipes.parse_bound(bound)[1]):
+            errors.append(f"target {name}: {recipes.bound_problem(metric, recipes.parse_bound(bound)[1])}")
     return errors
 
 
@@ -152,12 +158,16 @@ def model_file(run: Path, manifest: dict, choice: str = None) -> Path:
     (the run's final model)."""
     outputs = manifest["final"].get("outputs") or {}
     path = Path(outputs[choice]["path"] if choice in outputs else choice or manifest["final"]["path"])
-    path = path if path.is_absolute() else run / path
+    if not path.is_absolute():  # in the run, else (a path typed from here) in the current folder
+        path = run / path if (run / path).exists() or not path.exists() else path.resolve()
     if path.is_dir():
         path = next((path / n for n in ("model.tflite", "model.onnx") if (path / n).is_file()), path)
     if path.suffix not in (".onnx", ".tflite") or not path.is_file():
-        raise EdgekitError(f"{path} is not an .onnx or .tflite file; bench runs exported models: give --model "
-                           f"(a file in the run) or add export to the recipe")
+        names = [n for n, o in outputs.items() if Path(o["path"]).suffix in (".onnx", ".tflite")]
+        error = UsageError if choice else EdgekitError
+        raise error(f"{path} is not an .onnx or .tflite file, which device_bench runs; give --model "
+                    f"{'one of ' + ', '.join(names) if names else 'an exported file in the run'}"
+                    f"{'' if names else ', or export onnx or tflite in the recipe'}")
     if not (path.parent / "model.json").is_file():
         raise EdgekitError(f"{path} has no model.json beside it; re-export it with edgekit")
     return path

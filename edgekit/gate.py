@@ -6,6 +6,7 @@ run did not measure is an error (exit 1), not a pass. Imports nothing heavy (no 
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -61,8 +62,8 @@ def check(path, budgets: list, target: str = None) -> list:
     """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given."""
     path = Path(path)
     for metric, _, bound in budgets:
-        if recipes.not_fraction(metric, bound):
-            raise UsageError(recipes.not_fraction(metric, bound))
+        if recipes.bound_problem(metric, bound):
+            raise UsageError(recipes.bound_problem(metric, bound))
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a run folder, its manifest.json, or a model file or folder")
     is_run = (path / "manifest.json").is_file() or path.suffix == ".json"
@@ -74,7 +75,8 @@ def check(path, budgets: list, target: str = None) -> list:
     manifest, run = load_manifest(path)
     missing = [rel for stage in manifest["stages"] for rel in stage["files"] if not (run / rel).is_file()]
     if missing:
-        raise EdgekitError(f"{run} is missing stage outputs ({missing[0]} and {len(missing) - 1} more); "
+        raise EdgekitError(f"{run} is missing stage outputs ({missing[0]}"
+                           f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}); "
                            f"re-run the recipe to restore them")
     metrics = dict(manifest["final"]["metrics"])
     targets = {n: d for n, d in (manifest.get("devices") or {}).items() if d.get("complete") is True}
@@ -85,6 +87,8 @@ def check(path, budgets: list, target: str = None) -> list:
         metrics.update(targets[target].get("metrics", {}))
     if not budgets:
         budgets = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
+        if target:  # and the target's own budgets, as edgekit bench checked them
+            budgets += [(r["metric"], r["op"], r["target"]) for r in targets[target].get("budgets", [])]
         if not budgets:
             raise UsageError("the run's recipe has no budgets; give --max-size-mb, --max-latency-ms-p90, "
                              "--min-accuracy-retained or --budget METRIC<=N")
@@ -137,24 +141,31 @@ def markdown(rows: list, title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def junit(rows: list, title: str) -> str:
+def junit(rows: list, title: str, error: str = None) -> str:
     failures = sum(not r["ok"] for r in rows)
-    cases = []
+    cases = [f'  <testcase classname="edgekit.gate" name="check"><error message={quoteattr(error)}/></testcase>'] \
+        if error else []
     for r in rows:
         name = quoteattr(f"{label(r)} {r['op']} {r['target']:g}")
         actual = quoteattr(f"actual {r['actual']:g}{interval_note(r.get('interval'), r['target'])}")
         body = "" if r["ok"] else f"<failure message={actual}/>"
         cases.append(f'  <testcase classname="edgekit.gate" name={name}>{body}</testcase>')
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr("edgekit gate " + title)} '
-            f'tests="{len(rows)}" failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+            f'tests="{len(cases)}" failures="{failures}" errors="{int(bool(error))}">\n' + "\n".join(cases)
+            + "\n</testsuite>\n")
 
 
-def write_reports(rows: list, title: str, junit_file: str = None) -> None:
+def write_reports(rows: list, title: str, junit_file: str = None, error: str = None) -> None:
+    """The GitHub step summary (when GITHUB_STEP_SUMMARY is set) and a JUnit file; `error`: why nothing was checked."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a") as f:
-            f.write(markdown(rows, title))
+        text = f"### edgekit gate: {title}\n\ncould not check: {error}\n" if error else markdown(rows, title)
+        try:
+            with open(summary, "a") as f:
+                f.write(text)
+        except OSError as e:  # the verdict stands; the summary is a courtesy
+            print(f"edgekit: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({e.strerror})", file=sys.stderr)
     if junit_file:
         tmp = Path(junit_file).with_name(Path(junit_file).name + ".tmp")
-        tmp.write_text(junit(rows, title))
+        tmp.write_text(junit(rows, title, error))
         os.replace(tmp, junit_file)

@@ -259,6 +259,12 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         manifest["budgets"] = [dict(row, artifact=name) for name, a in artifact.outputs.items()
                                for row in check_budgets(recipe["budgets"], a.metrics)]
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
+    files = {rel: sha for s in manifest["stages"] for rel, sha in s["files"].items()}
+    old = {rel: sha for s in previous.get("stages", []) for rel, sha in s["files"].items()}
+    kept = {name: d for name, d in (previous.get("devices") or {}).items()  # `edgekit bench` results of the same file
+            if d.get("model") in files and files[d["model"]] == old.get(d["model"])}
+    if kept:
+        manifest["devices"] = kept
     write_json(out / "manifest.json", manifest)
     ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
     for old in sorted(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()):  # an earlier recipe's stages
@@ -383,11 +389,30 @@ def check_budgets(budgets: dict, metrics: dict) -> list:
 
 
 def check_inputs(recipe: dict) -> None:
-    """What --dry-run can tell without fetching or loading anything: the data is there, a local teacher folder is
-    whole (a hub id is only tried by a real run)."""
+    """What --dry-run can tell without fetching anything or training: a local data file reads as the run will read
+    it; a local or cached teacher is whole, and the distill and prune settings fit its shape (a hub id is only
+    tried by a real run)."""
     data.check_source(recipe["data"]["source"])
-    if not assets.is_asset(recipe["teacher"]) and Path(recipe["teacher"]).expanduser().exists():
-        resolve_model(recipe["teacher"])
+    if recipe["data"]["source"] not in data.DATASETS:  # named datasets are known good; a file may not be
+        data.load(seed=recipe["seed"], **recipe["data"])
+    student = (recipe.get("distill") or {}).get("student", "teacher") if "distill" in recipe["stages"] else "teacher"
+    if student != "teacher" and not assets.is_asset(student) and student.startswith(("/", ".", "~")):
+        resolve_model(student)  # a path that is not there, or not a whole model folder
+    spec = recipe["teacher"]
+    local = not assets.is_asset(spec) and Path(spec).expanduser().exists()
+    if not local and not (assets.is_asset(spec) and (assets.cache_dir() / spec / assets.READY).is_file()):
+        return
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(resolve_model(spec).path)
+    layers = (recipe.get("distill") or {}).get("layers") if student == "teacher" else None
+    if isinstance(layers, list) and not all(0 <= i < families.num_layers(config) for i in layers):
+        raise UsageError(f"distill.layers {layers}: the teacher has {families.num_layers(config)} layers "
+                         f"(indices 0..{families.num_layers(config) - 1})")
+    if "prune" in recipe["stages"] and recipe["prune"].get("hidden_keep", 1.0) < 1 and student == "teacher" \
+            and config.model_type not in families.HIDDEN_FAMILIES:
+        raise UsageError(f"prune.hidden_keep: hidden-width pruning supports {', '.join(families.HIDDEN_FAMILIES)}, "
+                         f"not {config.model_type} (the teacher); leave hidden_keep at 1")
 
 
 def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:

@@ -3,6 +3,7 @@ accepted. Stage settings are checked by binding them to the stage's own `run` si
 against what the values may be: COMMON below, then the stage module's own LIMITS (data.LIMITS for data)."""
 import copy
 import inspect
+import math
 import types
 import typing
 from pathlib import Path
@@ -43,6 +44,8 @@ def find(name: str) -> Path:
 
 
 def load(name: str, overrides: list = ()) -> dict:
+    if isinstance(overrides, str):
+        raise UsageError(f"overrides must be a list of key=value strings, such as ['{overrides}'], not one string")
     path = find(name)
     try:
         recipe = yaml.load(path.read_text(encoding="utf-8"), UniqueKeyLoader)
@@ -129,6 +132,10 @@ def validate(recipe: dict) -> dict:
     errors += _check_budgets(recipe)
     if not isinstance(recipe.setdefault("devices", {}) or {}, dict):
         errors.append("devices must map device names to settings (kind: local, ssh, adb or qemu-arm64)")
+    else:
+        from edgekit import devices  # it imports this module: not at the top
+
+        errors += [e for name, spec in (recipe["devices"] or {}).items() for e in devices.check_target(str(name), spec)]
     if errors:
         raise UsageError("; ".join(errors))
     return recipe
@@ -191,8 +198,8 @@ def _check_budgets(recipe: dict) -> list:
         elif parse_bound(bound) is None:
             errors.append(f"budget {metric}: {bound!r} must be an operator and a number, for example '<= 100' "
                           f"(operators: {', '.join(OPS)})")
-        elif not_fraction(metric, parse_bound(bound)[1]):
-            errors.append(not_fraction(metric, parse_bound(bound)[1]))
+        elif bound_problem(metric, parse_bound(bound)[1]):
+            errors.append(bound_problem(metric, parse_bound(bound)[1]))
     return errors
 
 
@@ -207,7 +214,10 @@ def parse_bound(bound):
     return None
 
 
-def not_fraction(metric: str, bound: float) -> str:
+def bound_problem(metric: str, bound: float) -> str:
+    """'' for a bound a metric can meet; every metric is a number >= 0, accuracies are fractions."""
+    if not math.isfinite(bound) or bound < 0:
+        return f"budget {metric} {bound:g}: give a number >= 0"
     if metric in FRACTIONS and bound > 1.5:
         return f"budget {metric} {bound:g} is not a fraction: 0.97 means 97%; give for example {metric} >= 0.97"
     return ""

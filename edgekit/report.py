@@ -67,20 +67,30 @@ def _itemsize(dtype: str) -> int:
     return {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}.get(dtype, 4)
 
 
-def points(runs: list) -> list:
+def points(runs: list, names: list = None) -> list:
     """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb)."""
     out = []
-    for manifest, run in runs:
+    for (manifest, run), name in zip(runs, names or [run.name for _, run in runs]):
         m = manifest["final"]["metrics"]
         if isinstance(m.get("accuracy"), (int, float)) and isinstance(m.get("latency_ms_p50"), (int, float)):
-            out.append((f"{run.name}: {manifest['final']['path']}", m["accuracy"], m["latency_ms_p50"],
+            out.append((f"{name}: {manifest['final']['path']}", m["accuracy"], m["latency_ms_p50"],
                         m.get("size_mb") or 0.0))
         peers = run / "peers" / "peers.json"  # written by bench/peers.py: the teacher and its usual INT8
         if peers.is_file():
             for r in json.loads(peers.read_text())["rows"]:
                 if not r["model"].startswith("edgekit"):
-                    out.append((f"{run.name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"]))
+                    out.append((f"{name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"]))
     return out
+
+
+def unique_names(folders: list) -> list:
+    """Each run's folder name, or as much of its path as tells it from the others (two CI jobs' artifacts/run)."""
+    parts = [Path(f).resolve().parts for f in folders]
+    for depth in range(1, max(map(len, parts)) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return ["/".join(p) for p in parts]
 
 
 def pareto(pts: list) -> list:
@@ -155,12 +165,14 @@ def plot_heads(heads: list, path: Path) -> None:
 
 
 def build(run_dirs: list, out: Path) -> Path:
+    run_dirs = list({Path(r).resolve(): r for r in run_dirs}.values())  # a run given twice is reported once
     runs = [load_manifest(Path(r)) for r in run_dirs]
+    names = unique_names([run for _, run in runs])
     out.mkdir(parents=True, exist_ok=True)
     md = ["# edgekit report", ""]
     images = []
-    for manifest, run in runs:
-        md += [f"## {run.name} (recipe `{manifest['recipe']['name']}`, teacher `{manifest['recipe']['teacher']}`)", "",
+    for (manifest, run), name in zip(runs, names):
+        md += [f"## {name} (recipe `{manifest['recipe']['name']}`, teacher `{manifest['recipe']['teacher']}`)", "",
                "| stage | seconds | params | size MB | accuracy | latency p50 ms | output |",
                "|---|---:|---:|---:|---:|---:|---|"]
         for s in manifest["stages"]:
@@ -179,12 +191,12 @@ def build(run_dirs: list, out: Path) -> Path:
                    + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
         heads = next((s["metrics"]["heads_kept"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
         if heads:
-            png = out / f"heads-{run.name}.png"
+            png = out / f"heads-{name.replace('/', '-')}.png"
             plot_heads(heads, png)
             images.append(png)
             md += ["", f"![heads kept per layer]({png.name})"]
         md.append("")
-    pts = points(runs)
+    pts = points(runs, names)
     if pts:
         plot_tradeoff(pts, out / "tradeoff.png")
         images.append(out / "tradeoff.png")
@@ -194,10 +206,10 @@ def build(run_dirs: list, out: Path) -> Path:
         md += [f"| {p[0]} | {p[1]:.4f} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |" for p in pts]
         md.append("")
     sizes = {}
-    for manifest, run in runs:
+    for (manifest, run), name in zip(runs, names):
         for s in manifest["stages"]:
             path = run / s["output"]["path"]
-            label = f"{run.name}/{s['output']['path']}"
+            label = f"{name}/{s['output']['path']}"
             if label not in sizes and (path.suffix == ".onnx" or (path / "model.safetensors").is_file()):
                 sizes[label] = breakdown(path)
     if sizes:

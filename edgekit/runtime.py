@@ -14,6 +14,8 @@ from edgekit.errors import EdgekitError
 def load(path, threads: int = 0, max_length: int = 0):
     """A callable model; `max_length` truncates a transformers folder's inputs (an exported file has its own)."""
     path = Path(path)
+    if not path.exists():
+        raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")
     if path.is_dir() and (path / "model.onnx").is_file():
         path = path / "model.onnx"
     if path.is_dir() and (path / "config.json").is_file():
@@ -142,7 +144,13 @@ def check_length(batch: dict, meta: dict) -> None:
 
 
 def predict(model, texts, max_length=None) -> dict:
-    """texts -> {labels, probs}, the same for every format."""
+    """texts (a list of strings, or one string) -> {labels, probs}, the same for every format."""
+    texts = [texts] if isinstance(texts, str) else list(texts)  # a string is one text, never its characters
+    odd = [t for t in texts if not isinstance(t, str)]
+    if odd:
+        raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {odd[0]!r}")
+    if not texts:
+        return {"labels": [], "probs": np.zeros((0, len(model.labels)), dtype=np.float32)}
     probs = softmax(model.logits(model.encode(texts, max_length)))
     return {"labels": [model.labels[i] for i in probs.argmax(-1)], "probs": probs}
 

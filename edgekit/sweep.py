@@ -17,7 +17,7 @@ from edgekit.errors import EdgekitError, UsageError
 
 def grid(overrides: list) -> list:
     """['a=1,2', 'b=x'] -> [['a=1', 'b=x'], ['a=2', 'b=x']]; a value in [...] or {...} is never split."""
-    axes = []
+    axes, keys = [], []
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep:
@@ -25,6 +25,10 @@ def grid(overrides: list) -> list:
         values = [raw] if raw.strip()[:1] in "[{" else [v.strip() for v in raw.split(",")]
         if any(v == "" for v in values):
             raise UsageError(f"sweep setting '{item}' has an empty value; give key=v1,v2,...")
+        if key in keys or len(set(values)) < len(values):  # the last would win: rows would name runs never made
+            raise UsageError(f"sweep setting '{item}' repeats a key or a value; give each key once, with distinct "
+                             f"values")
+        keys.append(key)
         axes.append([f"{key}={v}" for v in values])
     return [list(point) for point in itertools.product(*axes)]
 
@@ -35,11 +39,14 @@ def slug(point: list) -> str:
 
 
 def run_point(recipe_name: str, point: list, out: str, shared: str) -> dict:
-    """One grid point; returns its manifest. Also what a Ray task runs."""
+    """One grid point; returns its manifest, or {status: failed, error} when it failed: the other points go on.
+    Also what a Ray task runs."""
     from edgekit import pipeline
 
-    resolved = recipes.load(recipe_name, point)
-    return pipeline.run(resolved, Path(out), progress=False, shared=Path(shared))
+    try:
+        return pipeline.run(recipes.load(recipe_name, point), Path(out), progress=False, shared=Path(shared))
+    except EdgekitError as e:
+        return {"status": "failed", "error": str(e), "final": {"metrics": {}}, "stages": []}
 
 
 def check_ray(address: str) -> None:
@@ -90,17 +97,19 @@ def summarize(points: list, dirs: list, manifests: list, out: Path) -> dict:
         rows.append({"run": folder.name, "settings": point, "accuracy": m.get("accuracy"),
                      "latency_ms_p50": m.get("latency_ms_p50"), "size_mb": m.get("size_mb"),
                      "reused_stages": sum(bool(s.get("reused")) for s in manifest["stages"]),
-                     "status": manifest["status"]})
+                     "status": manifest["status"], **({"error": manifest["error"]} if "error" in manifest else {})})
     pts = [(r["run"], r["accuracy"], r["latency_ms_p50"], r["size_mb"]) for r in rows
            if isinstance(r["accuracy"], (int, float)) and isinstance(r["latency_ms_p50"], (int, float))]
     front = {p[0] for p in report.pareto(pts)}
     for r in rows:
         r["pareto"] = r["run"] in front
-    lines = ["| run | settings | accuracy | latency p50 ms | size MB | stages reused | Pareto |", "|---|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['run']} | {' '.join(r['settings'])} | {r['accuracy']} | {r['latency_ms_p50']} | {r['size_mb']} | "
-              f"{r['reused_stages']} | {'yes' if r['pareto'] else ''} |" for r in rows]
+    lines = ["| run | settings | status | accuracy | latency p50 ms | size MB | stages reused | Pareto |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['run']} | {' '.join(r['settings'])} | {r['status']}{': ' + r['error'] if 'error' in r else ''} | "
+              f"{r['accuracy']} | {r['latency_ms_p50']} | {r['size_mb']} | {r['reused_stages']} | "
+              f"{'yes' if r['pareto'] else ''} |" for r in rows]
     (out / "sweep.md").write_text("\n".join(lines) + "\n")
     (out / "sweep.json").write_text(json.dumps(rows, indent=2))
     if pts:
-        report.build([str(d) for d in dirs], out / "report")
+        report.build([str(d) for d, r in zip(dirs, rows) if r["status"] != "failed"], out / "report")
     return {"rows": rows, "table": "\n".join(lines)}

@@ -76,8 +76,9 @@ def test_gate_junit_into_a_missing_folder_is_one_line(tiny_recipe, tmp_path, cap
     model = tmp_path / "model.onnx"
     model.write_bytes(b"0" * 1000)
     code = cli.main(["gate", str(model), "--max-size-mb", "1", "--junit", str(tmp_path / "no" / "g.xml")])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1 and "g.xml.tmp does not exist" in err and "--out" not in err
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "g.xml: its folder does not exist" in err and "--out" not in err
+    assert out == ""  # refused before the budgets were printed as if checked
 
 
 def test_dry_run_refuses_out_of_range_values_with_exit_2():
@@ -144,3 +145,25 @@ def test_an_error_starts_its_own_line_after_a_progress_bar_and_interrupts_say_wh
     monkeypatch.setattr(compare, "run", interrupted)
     assert cli.main(["compare", "minilm-l6"]) == 130
     assert capsys.readouterr().err == "edgekit: interrupted\n"  # compare does not resume
+
+
+def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_dir, tmp_path, capsys):
+    from edgekit import testing
+
+    def dry(recipe, *overrides):
+        code = cli.main(["compress", "--recipe", str(recipe), "--dry-run", *overrides])
+        return code, capsys.readouterr().err
+
+    assert dry(tiny_recipe)[0] == 0
+    code, err = dry(tiny_recipe, "distill.layers=[0, 7]")
+    assert code == 2 and "distill.layers [0, 7]: the teacher has 4 layers (indices 0..3)" in err
+    (tmp_path / "empty.csv").write_text("text,label\n")
+    code, err = dry(tiny_recipe, f"data.source={tmp_path / 'empty.csv'}")
+    assert code == 1 and "empty.csv is empty" in err
+    code, err = dry(tiny_recipe, "distill.student=/nonexist")
+    assert code == 1 and "'/nonexist' is not an asset or a local folder" in err
+    albert = testing.make_model_dir(tmp_path / "albert", family="albert")
+    path = tmp_path / "prune.yaml"
+    path.write_text(testing.tiny_recipe(albert, testing.make_csv(tmp_path / "d.csv"), ("finetune", "prune", "export")))
+    code, err = dry(path, "prune.hidden_keep=0.5")
+    assert code == 2 and "supports bert, roberta, electra, not albert (the teacher)" in err

@@ -15,6 +15,12 @@ def test_csv_with_string_labels_splits_deterministically(csv_file):
     assert not {t for t, _ in a.train} & {t for t, _ in a.test}
 
 
+def test_a_csv_saved_by_excel_with_a_byte_order_mark_loads(csv_file, tmp_path):
+    bom = tmp_path / "excel.csv"  # was: "no column 'text'; columns: \ufefftext, label"
+    bom.write_bytes(b"\xef\xbb\xbf" + csv_file.read_bytes())
+    assert data.load(str(bom)).train == data.load(str(csv_file)).train
+
+
 def test_tsv_and_jsonl_with_integer_labels_and_many_classes(tmp_path):
     rows = [{"sentence": f"text number {i} " + "word " * (i % 5), "y": i % 3} for i in range(90)]
     jsonl = tmp_path / "d.jsonl"

@@ -154,3 +154,10 @@ def test_runner_command_line(exported, alone):
 ])
 def test_int8_isa_names_the_best_int8_instructions_the_cpu_reports(cpuinfo, expected):
     assert devices.runner_module().int8_isa(cpuinfo) == expected
+
+
+def test_labelled_csv_with_a_byte_order_mark_reads(tmp_path):
+    runner = devices.runner_module()
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufefftext,label\ngood film,pos\nbad film,neg\n".encode("utf-8"))
+    assert runner.read_labelled(path, ["neg", "pos"], "text", "label") == (["good film", "bad film"], [1, 0])

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from edgekit import cli, devices, pipeline, recipe, testing
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import UsageError
 
 DATA = Path(__file__).parent / "data"
 
@@ -103,6 +103,10 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "local", "budgets": {"speed": "<= 3"}}, "budget on unknown metric 'speed'"),
     ({"kind": "local", "budgets": {"size_mb": "small"}}, "must be an operator and a number"),
     ({"kind": "qemu-arm64", "cpu": "max"}, "cpu 'max'; emulated CPUs: cortex-a72"),
+    ({"kind": "local", "runs": -1}, "target t: runs must be >= 1, got -1"),  # was exit 1 naming --runs, a runner flag
+    ({"kind": "local", "batch": 0}, "target t: batch must be >= 1"),
+    ({"kind": "local", "threads": 0}, "target t: threads must be >= 1"),  # printed "0 thread(s)"
+    ({"kind": "local", "budgets": {"accuracy_retained": ">= 97"}}, "accuracy_retained 97 is not a fraction"),
 ])
 def test_targets_are_validated(tmp_path, spec, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
@@ -121,8 +125,19 @@ def test_target_names_and_files(run, tmp_path, capsys):
     found = devices.load_targets({"targets": ["x86"], "devices": {"a": {"kind": "local"}}},
                                  targets_file(tmp_path, {"b": {"kind": "qemu-arm64"}}))
     assert set(found) == {"a", "b"}
-    with pytest.raises(EdgekitError, match="not an .onnx or .tflite file"):
+    with pytest.raises(UsageError, match="not an .onnx or .tflite file, which device_bench runs; give --model "
+                                         "an exported file in the run"):
         devices.model_file(run, manifest(run), str(run / "02-evaluate"))
+    outputs = {"x86-onnx": {"path": "01-export/model.onnx"}, "x86-torchscript": {"path": "01-export/model.pt"}}
+    with pytest.raises(UsageError, match="give --model one of x86-onnx$"):  # said: add export to the recipe
+        devices.model_file(run, {"final": {"path": "01-export", "outputs": outputs}}, "nope")
+    here = Path.cwd()
+    try:  # a path typed from the current folder, not from the run (was looked for at RUN/RUN/...)
+        os.chdir(run.parent)
+        chosen = devices.model_file(run, manifest(run), f"{run.name}/01-export/model.onnx")
+        assert chosen == run / "01-export" / "model.onnx"
+    finally:
+        os.chdir(here)
 
 
 # ---------------------------------------------------------------- ssh against a real sshd

@@ -96,6 +96,26 @@ def test_bad_budgets_and_targets(finished, tmp_path):
         gate.check(tmp_path / "bad.json", [])
 
 
+def test_a_gate_that_cannot_check_still_writes_its_ci_reports(finished, tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    manifest = json.loads((finished / "manifest.json").read_text())
+    (finished / "manifest.json").write_text(json.dumps(dict(manifest, status="running")))
+    assert cli.main(["gate", str(finished), "--junit", str(tmp_path / "g.xml")]) == 1
+    suite = ET.parse(tmp_path / "g.xml").getroot()  # there was no file: CI showed "not found", not why
+    assert suite.get("errors") == "1" and "unfinished run" in suite.find("testcase/error").get("message")
+    assert "could not check: " in summary.read_text()
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no" / "summary.md"))  # made a passing gate fail
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100"]) == 0
+    assert "warning: cannot append to GITHUB_STEP_SUMMARY" in capsys.readouterr().err
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100", "--junit", str(tmp_path / "no" / "g.xml")]) == 2
+    err = capsys.readouterr().err
+    assert "g.xml: its folder does not exist" in err and ".tmp" not in err
+    for bad in (["--max-size-mb", "nan"], ["--max-size-mb", "-5"], ["--budget", "size_mb<=nan"]):
+        assert cli.main(["gate", str(finished), *bad]) == 2, bad  # were always OVER (exit 3)
+
+
 def test_size_only_gate_refuses_files_that_are_not_models(finished, tmp_path):
     for name in ("tiny.yaml", "data.csv"):  # each passed as 0 MB of weights
         (tmp_path / name).write_text("x: 1\n")
@@ -128,3 +148,8 @@ def test_device_results_from_edgekit_bench_are_gated_only_when_complete(finished
     assert [(r["actual"], r["ok"]) for r in rows] == [(42.0, False)]  # the device's number, not this machine's
     with pytest.raises(EdgekitError, match="no complete results for target 'phone'; targets with results: pi4"):
         gate.check(finished, [("latency_ms_p90", "<=", 40.0)], target="phone")
+    manifest["devices"]["pi4"]["budgets"] = [{"metric": "latency_ms_p90", "op": "<=", "target": 40.0, "actual": 42.0,
+                                              "ok": False}]
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    rows = gate.check(finished, [], target="pi4")  # the recipe's budgets and the target's own: it passed before
+    assert [(r["metric"], r["ok"]) for r in rows] == [("size_mb", True), ("latency_ms_p90", False)]

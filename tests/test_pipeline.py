@@ -57,11 +57,16 @@ def test_bench_runs_without_device_bench_installed(tiny_recipe, tmp_path, monkey
 def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_path):
     out = tmp_path / "run"
     first = run(tiny_recipe, out)
+    benched = {"kind": "ssh", "complete": True, "model": first["final"]["path"], "metrics": {"latency_ms_p90": 9.0}}
+    first["devices"] = {"pi": benched, "elsewhere": dict(benched, model="/tmp/other.onnx")}  # as edgekit bench adds
+    (out / "manifest.json").write_text(json.dumps(first))
     again = run(tiny_recipe, out)
     assert all(s["reused"] for s in again["stages"])
     assert again["final"] == first["final"]
+    assert again["devices"] == {"pi": benched}  # the same model file: its device results stay (they were dropped)
     changed = run(tiny_recipe, out, "distill.epochs=1")
     assert [s["reused"] for s in changed["stages"]] == [True, False, False, False, False, False]
+    assert "devices" not in changed  # another model: the old device numbers are not its
 
 
 def test_a_different_recipe_into_the_same_folder_removes_the_earlier_recipes_stages(model_dir, csv_file, tmp_path):

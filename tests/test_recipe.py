@@ -167,3 +167,19 @@ def test_targets_and_devices_are_recipe_keys_with_one_line_errors():
     assert "\n" not in str(e.value)
     with pytest.raises(UsageError, match="export.format 'coreml'"):
         recipe.load("distilbert-int8", ["export.format=coreml"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("devices={pi: {kind: local, runs: 0}}", "target pi: runs must be >= 1, got 0"),
+    ("devices={pi: {kind: local, budgets: {accuracy_retained: '>= 97'}}}", "accuracy_retained 97 is not a fraction"),
+    ("budgets.size_mb=<= nan", "budget size_mb nan: give a number >= 0"),
+    ("budgets.latency_ms_p90=<= -1", "budget latency_ms_p90 -1: give a number >= 0"),
+])
+def test_device_settings_and_budget_numbers_are_checked_with_the_recipe(override, message):
+    with pytest.raises(UsageError, match=message):
+        recipe.load("distilbert-int8", [override])
+
+
+def test_overrides_given_as_one_string_are_refused():  # was "override 'd' must look like key=value"
+    with pytest.raises(UsageError, match=r"overrides must be a list .*\['distill.epochs=1'\]"):
+        recipe.load("distilbert-int8", "distill.epochs=1")

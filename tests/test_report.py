@@ -26,6 +26,26 @@ def test_report_has_tables_plots_and_a_self_contained_html(pruned_run, tmp_path,
     assert not re.search(r'src="(?!data:)', page)  # nothing loaded from elsewhere
 
 
+def test_two_runs_of_one_folder_name_keep_their_own_labels_and_plots(pruned_run, tmp_path):
+    import shutil
+
+    for job in ("job-a", "job-b"):  # two CI jobs' artifacts/run: both were labelled `run`, one heads plot overwrote
+        shutil.copytree(pruned_run, tmp_path / job / "run")
+    report.build([tmp_path / "job-a" / "run", tmp_path / "job-b" / "run", tmp_path / "job-a" / "run"], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.count("## job-a/run (") == 1 and md.count("## job-b/run (") == 1  # the repeated run once
+    assert "| job-a/run: " in md and "| job-b/run: " in md
+    assert (tmp_path / "rep" / "heads-job-a-run.png").is_file() and (tmp_path / "rep" / "heads-job-b-run.png").is_file()
+
+
+def test_report_of_a_manifest_path_goes_beside_the_run(pruned_run, tmp_path):
+    import shutil
+
+    run = shutil.copytree(pruned_run, tmp_path / "run")
+    assert cli.main(["report", str(run / "manifest.json")]) == 0  # was "manifest.json/report is in the way"
+    assert (run / "report" / "report.md").is_file()
+
+
 def test_size_breakdown_adds_up_and_shrinks_with_int8(pruned_run):
     fp32 = report.breakdown(pruned_run / "03-export" / "model.onnx")
     int8 = report.breakdown(pruned_run / "04-quantize" / "model.onnx")

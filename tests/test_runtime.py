@@ -78,8 +78,21 @@ def test_truncated_onnx_file_is_refused(exported, tmp_path):
 
 
 def test_unknown_path_names_what_loads(tmp_path):
-    with pytest.raises(EdgekitError, match="give a transformers folder"):
-        runtime.load(tmp_path / "nothing.bin")
+    (tmp_path / "weights.bin").write_bytes(b"0")
+    with pytest.raises(EdgekitError, match="cannot load .*weights.bin: give a transformers folder"):
+        runtime.load(tmp_path / "weights.bin")
+    with pytest.raises(EdgekitError, match="nothing.onnx does not exist"):
+        runtime.load(tmp_path / "nothing.onnx")
+
+
+def test_one_string_is_one_text_and_no_texts_is_no_predictions(exported):
+    model = runtime.load(exported.path)
+    one, listed = model("a gripping film"), model(["a gripping film"])  # was one prediction per character
+    assert one["labels"] == listed["labels"] and one["probs"].shape == (1, 2)
+    empty = model([])
+    assert empty["labels"] == [] and empty["probs"].shape == (0, 2)
+    with pytest.raises(EdgekitError, match="a model takes texts"):
+        model([1, 2])
 
 
 def test_torchscript_export_checks_itself_and_loads_with_the_same_call(tmp_path, model_dir, csv_file):

@@ -15,6 +15,9 @@ def test_grid_expands_comma_values_and_keeps_lists_whole():
                                                                        ["distill.layers=[1, 3]", "c=false"]]
     with pytest.raises(UsageError, match="empty value"):
         sweep.grid(["a=1,"])
+    for bad in (["a=1,2", "a=3"], ["a=1,1"]):  # a=3 ran twice under the labels a=1 and a=2
+        with pytest.raises(UsageError, match="repeats a key or a value"):
+            sweep.grid(bad)
 
 
 def test_local_sweep_shares_stages_and_marks_the_pareto_front(tiny_recipe, tmp_path, capsys):
@@ -27,6 +30,23 @@ def test_local_sweep_shares_stages_and_marks_the_pareto_front(tiny_recipe, tmp_p
     assert any(r["pareto"] for r in rows)
     assert (tmp_path / "sw" / "report" / "tradeoff.png").is_file()
     assert "| Pareto |" in capsys.readouterr().out
+
+
+def test_a_failing_point_is_reported_and_the_others_still_run(model_dir, csv_file, tmp_path, capsys):
+    from edgekit import testing
+
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    code = cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
+                     "budgets.size_mb=<= 100,<= 0.001", f"teacher={model_dir},/nonexist"])
+    out, err = capsys.readouterr()
+    rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [r["status"] for r in rows] == ["complete", "failed", "over_budget", "failed"]
+    assert "/nonexist" in rows[1]["error"] and "| over_budget |" in out and "| failed: model '/nonexist'" in out
+    assert code == 1 and "sweep point 01-" in err and "sweep point 03-" in err  # the sweep used to stop there
+    assert "| failed: model '/nonexist'" in (tmp_path / "sw" / "sweep.md").read_text()
+    assert cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
+                     "budgets.size_mb=<= 100,<= 0.001", f"teacher={model_dir}"]) == 3
 
 
 def test_a_bad_grid_point_fails_before_anything_runs(tiny_recipe, tmp_path):

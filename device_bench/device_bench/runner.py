@@ -276,7 +276,7 @@ def int8_isa(text: str = "") -> str:
 def read_labelled(path: Path, labels: list, text_column: str, label_column: str) -> tuple:
     """(texts, label ids) from a CSV with a header; labels by name, or by index when the file uses integers."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV with columns "
