@@ -132,7 +132,7 @@ def check_target(name: str, spec) -> list:
     for key in ("host", "user", "serial"):
         if isinstance(spec.get(key), str) and not NAME.match(spec[key]):
             errors.append(f"target {name}: {key} {spec[key]!r} may hold only letters, digits, '.', '_' and '-'")
-    for metric, bound in (spec.get("budgets") or {}).items():
+    for metric, bound in (spec["budgets"] if isinstance(spec.get("budgets"), dict) else {}).items():
         if metric not in recipes.METRICS:
             errors.append(f"target {name}: budget on unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
         elif recipes.parse_bound(bound) is None:

@@ -260,9 +260,9 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                                for row in check_budgets(recipe["budgets"], a.metrics)]
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
     files = {rel: sha for s in manifest["stages"] for rel, sha in s["files"].items()}
-    old = {rel: sha for s in previous.get("stages", []) for rel, sha in s["files"].items()}
+    before = {rel: sha for s in previous.get("stages", []) for rel, sha in s["files"].items()}
     kept = {name: d for name, d in (previous.get("devices") or {}).items()  # `edgekit bench` results of the same file
-            if d.get("model") in files and files[d["model"]] == old.get(d["model"])}
+            if d.get("model") in files and files[d["model"]] == before.get(d["model"])}
     if kept:
         manifest["devices"] = kept
     write_json(out / "manifest.json", manifest)

@@ -125,7 +125,8 @@ def validate(recipe: dict) -> dict:
             targets.formats_for(recipe["targets"], recipe["export"]["format"])
         except EdgekitError as e:
             errors.append(str(e))
-    seq_len = (recipe.get("bench") or {}).get("seq_len") if "bench" in (recipe.get("stages") or []) else None
+    bench = recipe.get("bench") if isinstance(recipe.get("stages"), list) and "bench" in recipe["stages"] else None
+    seq_len = bench.get("seq_len") if isinstance(bench, dict) else None
     if _is(seq_len, int) and _is(recipe["max_length"], int) and seq_len > recipe["max_length"]:
         errors.append(f"bench.seq_len {seq_len} is longer than max_length {recipe['max_length']}, where the "
                       f"exported model cuts its input; lower bench.seq_len or raise max_length")

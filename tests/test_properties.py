@@ -19,7 +19,8 @@ JSONISH = st.recursive(SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=
                                                        st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
 KEYS = st.sampled_from(["teacher", "data", "data.source", "data.max_train", "distill.epochs", "distill.layers",
                         "distill.temperature", "budgets.size_mb", "stages", "seed", "max_length", "quantize.mode",
-                        "export.format", "bench.runs", "finetune", "prune.heads_keep", "evaluate.split"])
+                        "export.format", "bench.runs", "finetune", "prune.heads_keep", "evaluate.split", "bench",
+                        "bench.seq_len", "devices", "devices.pi", "devices.pi.budgets", "devices.pi.runs"])
 
 
 def one_line(e: Exception) -> bool:

@@ -171,6 +171,7 @@ def test_targets_and_devices_are_recipe_keys_with_one_line_errors():
 
 @pytest.mark.parametrize("override, message", [
     ("devices={pi: {kind: local, runs: 0}}", "target pi: runs must be >= 1, got 0"),
+    ("devices={pi: {kind: local, budgets: [1]}}", "target pi: budgets must be dict"),  # was an AttributeError
     ("devices={pi: {kind: local, budgets: {accuracy_retained: '>= 97'}}}", "accuracy_retained 97 is not a fraction"),
     ("budgets.size_mb=<= nan", "budget size_mb nan: give a number >= 0"),
     ("budgets.latency_ms_p90=<= -1", "budget latency_ms_p90 -1: give a number >= 0"),
