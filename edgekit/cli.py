@@ -195,7 +195,8 @@ def summary(manifest: dict) -> str:
     rows = ["| stage | seconds | params | size MB | accuracy | latency p50 ms |", "|---|---:|---:|---:|---:|---:|"]
     for s in manifest["stages"]:
         m = s["metrics"]
-        params = f"{m['params'] / 1e6:.1f}M" if m.get("params") else ""
+        params = "" if not m.get("params") else f"{m['params'] / 1e6:.1f}M" if m["params"] >= 1e5 else \
+            f"{m['params'] / 1e3:.0f}k"  # tiny models read 0.0M
         seconds = f"{s['seconds']:.0f}" + (" (reused)" if s.get("reused") else "")
         rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.1f')} | "
                     f"{fmt(m.get('accuracy'), '.4f')} | {fmt(m.get('latency_ms_p50'), '.2f')} |")

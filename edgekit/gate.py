@@ -38,6 +38,12 @@ def weights_mb(path: Path) -> float:
 def load_manifest(path: Path) -> tuple:
     """(manifest, run folder) from a run folder or a manifest.json path."""
     manifest_path = path / "manifest.json" if path.is_dir() else path
+    if path.is_file() and path.suffix != ".json":
+        raise EdgekitError(f"{path} is a file, not a run: give the run folder edgekit compress wrote, or its "
+                           f"manifest.json")
+    if path.is_dir() and not manifest_path.exists() and any(path.glob("[0-9][0-9]-*.partial")):
+        raise EdgekitError(f"{path} has no manifest.json yet: its first stage is still running or was stopped; wait "
+                           f"for it, or run the same compress command again")
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as e:
@@ -71,7 +77,11 @@ def check(path, budgets: list, target: str = None) -> list:
         others = [b for b in budgets if b[0] != "size_mb"]
         if others or not budgets:
             raise EdgekitError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
-        return [recipes.budget_row("size_mb", op, bound, weights_mb(path)) for _, op, bound in budgets]
+        exported = sorted(p for p in path.rglob("*") if p.suffix in (".onnx", ".tflite", ".pt")) \
+            if path.is_dir() else []
+        models = {str(p.relative_to(path)): p for p in exported} or {None: path}  # else one file, or one HF folder
+        return [dict(row, artifact=name) if name else row for name, model in models.items()
+                for row in [recipes.budget_row("size_mb", op, bound, weights_mb(model)) for _, op, bound in budgets]]
     manifest, run = load_manifest(path)
     missing = [rel for stage in manifest["stages"] for rel in stage["files"] if not (run / rel).is_file()]
     if missing:

@@ -71,10 +71,11 @@ def points(runs: list, names: list = None) -> list:
     """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb)."""
     out = []
     for (manifest, run), name in zip(runs, names or [run.name for _, run in runs]):
-        m = manifest["final"]["metrics"]
-        if isinstance(m.get("accuracy"), (int, float)) and isinstance(m.get("latency_ms_p50"), (int, float)):
-            out.append((f"{name}: {manifest['final']['path']}", m["accuracy"], m["latency_ms_p50"],
-                        m.get("size_mb") or 0.0))
+        final = manifest["final"]
+        for a in (final.get("outputs") or {"": final}).values():  # every target's and format's artifact
+            m = a["metrics"]
+            if isinstance(m.get("accuracy"), (int, float)) and isinstance(m.get("latency_ms_p50"), (int, float)):
+                out.append((f"{name}: {a['path']}", m["accuracy"], m["latency_ms_p50"], m.get("size_mb") or 0.0))
         peers = run / "peers" / "peers.json"  # written by bench/peers.py: the teacher and its usual INT8
         if peers.is_file():
             for r in json.loads(peers.read_text())["rows"]:
@@ -205,6 +206,10 @@ def build(run_dirs: list, out: Path) -> Path:
                "| artifact | accuracy | latency p50 ms | size MB | Pareto |", "|---|---:|---:|---:|---|"]
         md += [f"| {p[0]} | {p[1]:.4f} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |" for p in pts]
         md.append("")
+    unmeasured = [n for n in names if not any(p[0].startswith(f"{n}: ") for p in pts)]
+    if unmeasured:
+        md += [f"Not in the accuracy/latency trade-off (no accuracy or no latency; add evaluate and bench stages): "
+               f"{', '.join(unmeasured)}", ""]
     sizes = {}
     for (manifest, run), name in zip(runs, names):
         for s in manifest["stages"]:

@@ -8,6 +8,7 @@ through `OUT/shared/` by their key (hard links), whichever process computed them
 """
 import itertools
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -60,6 +61,10 @@ def check_ray(address: str) -> None:
 
 
 def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None, progress: bool = True) -> dict:
+    if ray_address is not None and not ray_address.strip():
+        raise UsageError("--ray is empty; give the cluster's HOST:PORT, or leave --ray out to sweep here")
+    if (Path(out) / "manifest.json").is_file():
+        raise UsageError(f"--out {out} holds a compress run (manifest.json); give a folder of its own to the sweep")
     points = grid(overrides)
     for point in points:  # every point is validated before anything runs
         recipes.load(recipe_name, point)
@@ -85,6 +90,8 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
 
         manifests = [run_point(recipe_name, p, str(d), str(shared))
                      for p, d in tqdm(list(zip(points, dirs)), desc="sweep", unit="run", disable=not progress)]
+    for old in sorted(set(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()) - set(dirs)):  # an earlier grid's
+        shutil.rmtree(old)
     return summarize(points, dirs, manifests, out)
 
 

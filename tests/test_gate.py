@@ -116,6 +116,18 @@ def test_a_gate_that_cannot_check_still_writes_its_ci_reports(finished, tmp_path
         assert cli.main(["gate", str(finished), *bad]) == 2, bad  # were always OVER (exit 3)
 
 
+def test_size_only_gate_on_a_folder_of_exports_checks_each_one(finished, tmp_path):
+    one = finished / "04-quantize" / "model.onnx"
+    for target in ("x86-onnx", "arm64-onnx"):  # a multi-target quantize folder
+        (tmp_path / "q" / target).mkdir(parents=True)
+        shutil.copy(one, tmp_path / "q" / target / "model.onnx")
+    rows = gate.check(tmp_path / "q", [("size_mb", "<=", 100.0)])  # was one row: the sum of both files
+    assert [r["artifact"] for r in rows] == ["arm64-onnx/model.onnx", "x86-onnx/model.onnx"]
+    assert all(r["actual"] == gate.weights_mb(one) for r in rows)
+    rows = gate.check(finished / "02-distill" / "model", [("size_mb", "<=", 100.0)])  # a transformers folder: one
+    assert len(rows) == 1 and "artifact" not in rows[0] and rows[0]["actual"] > 0
+
+
 def test_size_only_gate_refuses_files_that_are_not_models(finished, tmp_path):
     for name in ("tiny.yaml", "data.csv"):  # each passed as 0 MB of weights
         (tmp_path / name).write_text("x: 1\n")
@@ -153,3 +165,11 @@ def test_device_results_from_edgekit_bench_are_gated_only_when_complete(finished
     (finished / "manifest.json").write_text(json.dumps(manifest))
     rows = gate.check(finished, [], target="pi4")  # the recipe's budgets and the target's own: it passed before
     assert [(r["metric"], r["ok"]) for r in rows] == [("size_mb", True), ("latency_ms_p90", False)]
+
+
+def test_a_model_file_or_a_run_in_progress_is_named_as_such(finished, tmp_path):
+    with pytest.raises(EdgekitError, match="model.onnx is a file, not a run"):  # was a 'utf-8' codec error
+        gate.load_manifest(finished / "04-quantize" / "model.onnx")
+    (tmp_path / "r" / "01-finetune.partial").mkdir(parents=True)
+    with pytest.raises(EdgekitError, match="no manifest.json yet: its first stage is still running or was stopped"):
+        gate.load_manifest(tmp_path / "r")

@@ -168,7 +168,7 @@ def test_a_sequence_longer_than_the_model_accepts_is_refused(tmp_path, model_dir
     assert model(["good " * 100])["probs"].shape == (1, 2)  # texts are truncated by encode()
 
 
-def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, model_dir):
+def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, model_dir, capsys):
     pytest.importorskip("ai_edge_quantizer")
     from ai_edge_litert import schema_py_generated as schema
     from ai_edge_litert.interpreter import Interpreter
@@ -180,6 +180,7 @@ def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, m
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     fp32 = tmp_path / "fp32.tflite"
     export.to_tflite(model, fp32, [16, 32])
+    assert capsys.readouterr().out == ""  # the converter's [START]/[DONE] lines went to compress's stdout
     plain = tmp_path / "int8.tflite"
     quantizer.Quantizer(str(fp32), quant_recipes.dynamic_wi8_afp32()).quantize().export_model(str(plain))
     small = tmp_path / "small.tflite"

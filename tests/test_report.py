@@ -56,6 +56,15 @@ def test_size_breakdown_adds_up_and_shrinks_with_int8(pruned_run):
     assert hf["attention"] == pytest.approx(fp32["attention"], rel=0.1)
 
 
+def test_every_artifact_of_a_multi_target_run_is_a_point(tmp_path):
+    out = {name: {"path": f"04-quantize/{name}/model.{name.split('-')[1]}",
+                  "metrics": {"accuracy": 0.8, "latency_ms_p50": ms, "size_mb": 1.0}}
+           for name, ms in (("x86-onnx", 2.0), ("arm64-tflite", 1.0))}
+    manifest = {"final": {"path": "04-quantize/x86-onnx/model.onnx", "metrics": {"accuracy": 0.8}, "outputs": out}}
+    labels = [p[0] for p in report.points([(manifest, tmp_path / "run")], ["run"])]  # was the first artifact only
+    assert labels == ["run: 04-quantize/x86-onnx/model.onnx", "run: 04-quantize/arm64-tflite/model.tflite"]
+
+
 def test_pareto_front():
     pts = [("a", 0.9, 10, 1), ("b", 0.8, 5, 1), ("c", 0.7, 8, 1), ("d", 0.9, 12, 1)]
     assert [p[0] for p in report.pareto(pts)] == ["a", "b"]

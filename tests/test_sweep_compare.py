@@ -47,6 +47,12 @@ def test_a_failing_point_is_reported_and_the_others_still_run(model_dir, csv_fil
     assert "| failed: model '/nonexist'" in (tmp_path / "sw" / "sweep.md").read_text()
     assert cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
                      "budgets.size_mb=<= 100,<= 0.001", f"teacher={model_dir}"]) == 3
+    points = sorted(p.name for p in (tmp_path / "sw").iterdir() if p.name[:2].isdigit())
+    assert len(points) == 2 and all("nonexist" not in p for p in points)  # the earlier grid's folders are gone
+    base = ["sweep", "--recipe", str(path), "--quiet", "seed=1,2"]
+    assert cli.main(base + ["--out", str(tmp_path / "sw"), "--ray", ""]) == 2  # ran locally without a word
+    assert cli.main(base + ["--out", str(tmp_path / "sw" / points[0])]) == 2  # a compress run's folder
+    assert "holds a compress run" in capsys.readouterr().err
 
 
 def test_a_bad_grid_point_fails_before_anything_runs(tiny_recipe, tmp_path):
