@@ -123,8 +123,8 @@ def check_target(name: str, spec) -> list:
         value = spec.get(key)
         if key in spec and not (isinstance(value, want) and not (want is int and isinstance(value, bool))):
             errors.append(f"target {name}: {key} must be {want.__name__}, got {value!r}")
-        elif key in spec and recipes.outside(value, LIMITS.get(key)):
-            errors.append(f"target {name}: {key} must be {recipes.outside(value, LIMITS[key])}, got {value!r}")
+        elif key in spec and (allowed := recipes.outside(value, LIMITS.get(key))):
+            errors.append(f"target {name}: {key} must be {allowed}, got {value!r}")
     errors += [f"target {name}: missing key '{k}' (needed for {spec['kind']})"
                for k in REQUIRED.get(spec["kind"], ()) if k not in spec]
     if spec["kind"] == "qemu-arm64" and spec.get("cpu", "cortex-a72") not in CPUS:
@@ -137,8 +137,8 @@ def check_target(name: str, spec) -> list:
             errors.append(f"target {name}: budget on unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
         elif recipes.parse_bound(bound) is None:
             errors.append(f"target {name}: budget {metric}: {bound!r} must be an operator and a number, e.g. '<= 40'")
-        elif recipes.bound_problem(metric, recipes.parse_bound(bound)[1]):
-            errors.append(f"target {name}: {recipes.bound_problem(metric, recipes.parse_bound(bound)[1])}")
+        elif problem := recipes.bound_problem(metric, recipes.parse_bound(bound)[1]):
+            errors.append(f"target {name}: {problem}")
     return errors
 
 

@@ -68,8 +68,8 @@ def check(path, budgets: list, target: str = None) -> list:
     """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given."""
     path = Path(path)
     for metric, _, bound in budgets:
-        if recipes.bound_problem(metric, bound):
-            raise UsageError(recipes.bound_problem(metric, bound))
+        if problem := recipes.bound_problem(metric, bound):
+            raise UsageError(problem)
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a run folder, its manifest.json, or a model file or folder")
     is_run = (path / "manifest.json").is_file() or path.suffix == ".json"
@@ -79,9 +79,13 @@ def check(path, budgets: list, target: str = None) -> list:
             raise EdgekitError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
         exported = sorted(p for p in path.rglob("*") if p.suffix in (".onnx", ".tflite", ".pt")) \
             if path.is_dir() else []
-        models = {str(p.relative_to(path)): p for p in exported} or {None: path}  # else one file, or one HF folder
-        return [dict(row, artifact=name) if name else row for name, model in models.items()
-                for row in [recipes.budget_row("size_mb", op, bound, weights_mb(model)) for _, op, bound in budgets]]
+        sizes = {str(p.relative_to(path)): weights_mb(p) for p in exported} or {None: weights_mb(path)}  # else one
+        rows = []  # file, or one transformers folder
+        for name, mb in sizes.items():
+            for _, op, bound in budgets:
+                row = recipes.budget_row("size_mb", op, bound, mb)
+                rows.append(dict(row, artifact=name) if name else row)
+        return rows
     manifest, run = load_manifest(path)
     missing = [rel for stage in manifest["stages"] for rel in stage["files"] if not (run / rel).is_file()]
     if missing:

@@ -405,10 +405,10 @@ def check_inputs(recipe: dict) -> None:
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(resolve_model(spec).path)
+    depth = families.num_layers(config)
     layers = (recipe.get("distill") or {}).get("layers") if student == "teacher" else None
-    if isinstance(layers, list) and not all(0 <= i < families.num_layers(config) for i in layers):
-        raise UsageError(f"distill.layers {layers}: the teacher has {families.num_layers(config)} layers "
-                         f"(indices 0..{families.num_layers(config) - 1})")
+    if isinstance(layers, list) and not all(0 <= i < depth for i in layers):
+        raise UsageError(f"distill.layers {layers}: the teacher has {depth} layers (indices 0..{depth - 1})")
     if "prune" in recipe["stages"] and recipe["prune"].get("hidden_keep", 1.0) < 1 and student == "teacher" \
             and config.model_type not in families.HIDDEN_FAMILIES:
         raise UsageError(f"prune.hidden_keep: hidden-width pruning supports {', '.join(families.HIDDEN_FAMILIES)}, "

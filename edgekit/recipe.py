@@ -48,7 +48,9 @@ def load(name: str, overrides: list = ()) -> dict:
         raise UsageError(f"overrides must be a list of key=value strings, such as ['{overrides}'], not one string")
     path = find(name)
     try:
-        recipe = yaml.load(path.read_text(encoding="utf-8"), UniqueKeyLoader)
+        text = path.read_text(encoding="utf-8")
+        refuse_repeated_keys(yaml.compose(text, Loader=yaml.SafeLoader))
+        recipe = yaml.safe_load(text)
     except UnicodeDecodeError as e:
         raise UsageError(f"recipe {path} is not UTF-8 text (byte {e.start}); save it as UTF-8")
     except yaml.YAMLError as e:
@@ -61,17 +63,21 @@ def load(name: str, overrides: list = ()) -> dict:
     return validate(recipe)
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """safe_load that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+def refuse_repeated_keys(node, visited=None) -> None:
+    """A key given twice in one mapping is an error (safe_load keeps the last one silently). Reads the parsed nodes
+    only: nothing is constructed. `visited`: nodes seen, as an alias may point back into its own anchor."""
+    visited = set() if visited is None else visited
+    if id(node) in visited or not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        return
+    visited.add(id(node))
+    seen = set()
+    for item in node.value:
+        if isinstance(node, yaml.MappingNode):
+            key, item = item
+            if (key.tag, key.value) in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key '{key.value}' appears twice", key.start_mark)
+            seen.add((key.tag, key.value))
+        refuse_repeated_keys(item, visited)
 
 
 def yaml_problem(e: yaml.YAMLError) -> str:
@@ -199,8 +205,8 @@ def _check_budgets(recipe: dict) -> list:
         elif parse_bound(bound) is None:
             errors.append(f"budget {metric}: {bound!r} must be an operator and a number, for example '<= 100' "
                           f"(operators: {', '.join(OPS)})")
-        elif bound_problem(metric, parse_bound(bound)[1]):
-            errors.append(bound_problem(metric, parse_bound(bound)[1]))
+        elif problem := bound_problem(metric, parse_bound(bound)[1]):
+            errors.append(problem)
     return errors
 
 
@@ -244,8 +250,8 @@ def _bind(section: str, fn, settings: dict, skip=(), limits=None) -> list:
         want = typing.get_type_hints(fn).get(key)
         if want is not None and not _is(value, want):
             errors.append(f"{section}.{key} must be {_type_name(want)}, got {value!r}")
-        elif outside(value, limits.get(key)):
-            errors.append(f"{section}.{key} must be {outside(value, limits[key])}, got {value!r}")
+        elif allowed := outside(value, limits.get(key)):
+            errors.append(f"{section}.{key} must be {allowed}, got {value!r}")
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in settings]
     errors += [f"{section}: missing key '{n}'" for n in missing]
     return errors
