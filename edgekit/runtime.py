@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import native
 from edgekit.errors import EdgekitError
 
 
@@ -245,12 +246,15 @@ class TFLiteModel:
         self.path, self.sidecar = Path(path), SidecarTokenizer(path)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         self.buckets = sorted(self.meta.get("buckets") or [self.meta["max_length"]])
-        try:  # the interpreter checks the flatbuffer before anything runs
-            self.interpreter = Interpreter(str(path), num_threads=threads or None)
-            self.runners = {b: self.interpreter.get_signature_runner(self.meta["signatures"][str(b)]) for b in self.buckets}
+        self.names = [i["name"] for i in self.meta["inputs"]]
+        try:  # the interpreter checks the flatbuffer before anything runs; the first invoke prints XNNPACK's
+            with native.hidden_output():  # "Created TensorFlow Lite XNNPACK delegate for CPU." to stderr
+                self.interpreter = Interpreter(str(path), num_threads=threads or None)
+                self.runners = {b: self.interpreter.get_signature_runner(self.meta["signatures"][str(b)])
+                                for b in self.buckets}
+                self.logits({"input_ids": np.zeros((1, 1), np.int64), "attention_mask": np.ones((1, 1), np.int64)})
         except (ValueError, RuntimeError, KeyError) as e:
             raise EdgekitError(f"the TFLite interpreter cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
-        self.names = [i["name"] for i in self.meta["inputs"]]
 
     def bucket_for(self, length: int) -> int:
         return next((b for b in self.buckets if b >= length), self.buckets[-1])

@@ -1,7 +1,10 @@
+import os
 import subprocess
 import sys
 
-from edgekit import cli
+import pytest
+
+from edgekit import cli, testing
 from edgekit.errors import EdgekitError
 
 
@@ -167,3 +170,37 @@ def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_
     path.write_text(testing.tiny_recipe(albert, testing.make_csv(tmp_path / "d.csv"), ("finetune", "prune", "export")))
     code, err = dry(path, "prune.hidden_keep=0.5")
     assert code == 2 and "supports bert, roberta, electra, not albert (the teacher)" in err
+
+
+def test_native_banners_stay_out_of_a_quiet_tflite_compress(model_dir, csv_file, tmp_path):
+    pytest.importorskip("litert_torch")
+    recipe = tmp_path / "tfl.yaml"  # a new process: TensorFlow's import banner and XNNPACK's come once per process
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "quantize", "evaluate"))
+                      .replace("stages:", "targets: [arm64]\nstages:", 1).replace("{check_sentences: 16}", "{format: tflite}", 1))
+    done = edgekit("compress", "--recipe", str(recipe), "--out", str(tmp_path / "run"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # was: absl's "All log messages before absl::InitializeLog()", oneDNN, converter op
+    assert "model.tflite" in done.stdout and "INFO" not in done.stdout  # counts, quantizer bars, "Created ... XNNPACK"
+
+
+def test_hidden_output_drops_native_writes_and_shows_them_only_when_something_unexpected_fails(capfd):
+    from edgekit.errors import EdgekitError
+    from edgekit.native import hidden_output
+
+    with hidden_output():
+        os.write(1, b"native banner\n")
+        os.write(2, b"native log\n")
+        print("python print")
+        print("python warning", file=sys.stderr)
+    print("after")
+    assert capfd.readouterr() == ("after\n", "")
+    with pytest.raises(EdgekitError), hidden_output():
+        os.write(2, b"noise before a clear message\n")
+        raise EdgekitError("one clear line")
+    assert capfd.readouterr() == ("", "")
+    with pytest.raises(ZeroDivisionError), hidden_output():
+        os.write(2, b"F0000 converter.cc:12] the reason\n")
+        1 / 0
+    assert "the reason" in capfd.readouterr().err
+    os.write(2, b"fd 2 is back\n")
+    assert capfd.readouterr().err == "fd 2 is back\n"

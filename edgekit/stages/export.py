@@ -2,7 +2,6 @@
 PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
 import contextlib
 import copy
-import io
 import os
 import tempfile
 import warnings
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgekit import families, runtime, targets
+from edgekit import families, native, runtime, targets
 from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
@@ -109,7 +108,8 @@ def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,
     """One .tflite file with a signature `seqN` per bucket N (batch 1, int32 inputs); weights are shared.
     Returns the graph rewrites applied (see `rewrite`), checked on `sample`."""
     try:
-        import litert_torch
+        with native.hidden_output():  # TensorFlow's and absl's banners on import
+            import litert_torch
     except ImportError:
         raise EdgekitError("TFLite export needs litert-torch: pip install 'edgekit[tflite]'")
     wrapper, applied = rewrite(fold_token_types(model), sample, rewrites, int32=True)
@@ -118,8 +118,8 @@ def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,
         args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))
         converter = (litert_torch if converter is None else converter).signature(f"seq{b}", wrapper, args)
     tmp = path.with_suffix(".tflite.tmp")
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):  # its [START]/[DONE] steps went to
-        warnings.simplefilter("ignore")  # stdout, among the results of `edgekit compress`; errors still raise
+    with warnings.catch_warnings(), native.hidden_output():  # its [START]/[DONE] steps and the converter's native
+        warnings.simplefilter("ignore")  # log went among the results of `edgekit compress`; errors still raise
         converter.convert().export(str(tmp))
     os.replace(tmp, path)
     return applied

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import runtime, targets, tflite_file
+from edgekit import native, runtime, targets, tflite_file
 from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 from edgekit.stages.evaluate import accuracy
@@ -172,7 +172,8 @@ def quantize_file(source: Path, target: Path, fmt: str, settings: dict, calib: l
     if fmt == "onnx":
         onnx_quantize(source, tmp, settings, calib, exclude)
     elif fmt == "tflite":
-        tflite_quantize(source, tmp, settings["mode"], calib, meta)
+        with native.hidden_output():  # ai-edge-quantizer's progress bars and TensorFlow's native log
+            tflite_quantize(source, tmp, settings["mode"], calib, meta)
     else:
         torchscript_quantize(meta, tmp, settings["engine"])
     os.replace(tmp, target)
