@@ -314,27 +314,33 @@ def student_from_teacher(teacher, keep: list):
 STUDENT_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads")
 
 
-def student_from_config(teacher, overrides: dict, keep: list) -> tuple:
-    """A smaller model of the teacher's family: the teacher's config with `overrides` (STUDENT_KEYS), each weight
-    initialised from the teacher where shapes allow: student layer j from teacher layer keep[j], a smaller matrix
-    from the leading rows and columns of the teacher's (weight selection), a weight with more dimensions than the
-    teacher's left at its random initialisation. Returns (student, fraction of weights taken from the teacher)."""
+def student_config(config, overrides: dict, keep: list):
+    """The teacher's config with `overrides` (STUDENT_KEYS) for a student of teacher layers `keep`."""
     import copy
-
-    from transformers import AutoModelForSequenceClassification
 
     unknown = [k for k in overrides if k not in STUDENT_KEYS]
     if unknown:
         raise EdgekitError(f"distill.student_config key '{unknown[0]}' is not supported; keys: {', '.join(STUDENT_KEYS)}")
-    depth = num_layers(teacher.config)
+    depth = num_layers(config)
     if [i for i in keep if not 0 <= i < depth] or not keep:
         raise EdgekitError(f"student layers {keep} must be teacher layer indices 0..{depth - 1}")
-    config = copy.deepcopy(teacher.config)
+    config = copy.deepcopy(config)
     for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
         setattr(config, k, v)
     if config.hidden_size % config.num_attention_heads:
         raise EdgekitError(f"student hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
                            f"{config.num_attention_heads}; choose sizes with a whole head width")
+    return config
+
+
+def student_from_config(teacher, overrides: dict, keep: list) -> tuple:
+    """A smaller model of the teacher's family: the teacher's config with `overrides` (STUDENT_KEYS), each weight
+    initialised from the teacher where shapes allow: student layer j from teacher layer keep[j], a smaller matrix
+    from the leading rows and columns of the teacher's (weight selection), a weight with more dimensions than the
+    teacher's left at its random initialisation. Returns (student, fraction of weights taken from the teacher)."""
+    from transformers import AutoModelForSequenceClassification
+
+    config = student_config(teacher.config, overrides, keep)
     student = AutoModelForSequenceClassification.from_config(config)
     fam = family(config)
     prefix = fam["layers"] + "."

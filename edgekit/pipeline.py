@@ -126,6 +126,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> 
     try:
         splits = data.load(seed=recipe["seed"], **recipe["data"])
         source = resolve_model(recipe["teacher"])
+        check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
             check_labels(source, splits.labels, recipe["teacher"])
         prepare_out(out)
@@ -402,17 +403,58 @@ def check_inputs(recipe: dict) -> None:
     local = not assets.is_asset(spec) and Path(spec).expanduser().exists()
     if not local and not (assets.is_asset(spec) and (assets.cache_dir() / spec / assets.READY).is_file()):
         return
+    check_shapes(recipe, resolve_model(spec).path)
+
+
+def check_shapes(recipe: dict, teacher: Path) -> None:
+    """Settings that must fit the model each stage gets, as far as configs tell, before any stage runs (in
+    --dry-run and in a real run): distill's layers, student_config and layer_map; prune's hidden_keep,
+    heads_per_layer and embedding_rank. After a student checkpoint that is not on disk yet, its stage checks."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(resolve_model(spec).path)
-    depth = families.num_layers(config)
-    layers = (recipe.get("distill") or {}).get("layers") if student == "teacher" else None
-    if isinstance(layers, list) and not all(0 <= i < depth for i in layers):
-        raise UsageError(f"distill.layers {layers}: the teacher has {depth} layers (indices 0..{depth - 1})")
-    if "prune" in recipe["stages"] and recipe["prune"].get("hidden_keep", 1.0) < 1 and student == "teacher" \
-            and config.model_type not in families.HIDDEN_FAMILIES:
-        raise UsageError(f"prune.hidden_keep: hidden-width pruning supports {', '.join(families.HIDDEN_FAMILIES)}, "
-                         f"not {config.model_type} (the teacher); leave hidden_keep at 1")
+    from edgekit import distill_losses
+    from edgekit.stages import distill, prune
+
+    config = AutoConfig.from_pretrained(teacher)
+    model = config  # the config of the model the next stage gets; None once unknown
+    for name in recipe["stages"]:
+        settings = recipe[name]
+        if name == "distill":
+            student = settings["student"]
+            source = config if student == "teacher" else _local_config(student)
+            if source is None:
+                model = None
+                continue
+            depth, shape = families.num_layers(source), settings["student_config"]
+            layers = settings["layers"]
+            if isinstance(layers, list) and not all(0 <= i < depth for i in layers):
+                what = "the teacher" if student == "teacher" else f"student {student}"
+                raise UsageError(f"distill.layers {layers}: {what} has {depth} layers (indices 0..{depth - 1})")
+            try:  # what the distill stage would refuse, from the same functions
+                keep = distill.student_layers(layers, depth, shape)
+                model = families.student_config(source, shape or {}, keep)
+                distill_losses.layer_map(settings["layer_map"], len(keep), families.num_layers(config))
+            except EdgekitError as e:
+                raise UsageError(str(e))
+        if name == "prune" and model is not None:
+            if settings["hidden_keep"] < 1 and model.model_type not in families.HIDDEN_FAMILIES:
+                raise UsageError(f"prune.hidden_keep: hidden-width pruning supports {', '.join(families.HIDDEN_FAMILIES)}"
+                                 f", not {model.model_type} (the model it prunes); leave hidden_keep at 1")
+            width = getattr(model, "embedding_size", None) or families.hidden_width(model)  # ALBERT's is factorized
+            if problem := (prune.heads_problem(settings["heads_per_layer"], model.num_attention_heads)
+                           or prune.rank_problem(settings["embedding_rank"], width)):
+                raise UsageError(problem)
+
+
+def _local_config(spec: str):
+    """The config of a model on disk (a folder or a fetched asset), None if it is not there yet."""
+    from transformers import AutoConfig
+
+    if assets.is_asset(spec):
+        path = assets.cache_dir() / spec
+        return AutoConfig.from_pretrained(path) if (path / assets.READY).is_file() else None
+    path = Path(spec).expanduser()
+    return AutoConfig.from_pretrained(resolve_model(spec).path) if path.exists() else None
 
 
 def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:

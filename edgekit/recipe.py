@@ -126,11 +126,8 @@ def validate(recipe: dict) -> dict:
         errors.append(str(e))
     errors += _check_data(recipe)
     errors += _check_stages(recipe)
-    if not errors and "export" in recipe["stages"]:
-        try:  # a format no target runs is refused before anything runs
-            targets.formats_for(recipe["targets"], recipe["export"]["format"])
-        except EdgekitError as e:
-            errors.append(str(e))
+    if not errors:
+        errors += _check_together(recipe)
     bench = recipe.get("bench") if isinstance(recipe.get("stages"), list) and "bench" in recipe["stages"] else None
     seq_len = bench.get("seq_len") if isinstance(bench, dict) else None
     if _is(seq_len, int) and _is(recipe["max_length"], int) and seq_len > recipe["max_length"]:
@@ -190,6 +187,33 @@ def _check_stages(recipe: dict) -> list:
             errors.append("quantize needs an exported model; put export before quantize")
         if name == "export":
             kind = "exported"
+    return errors
+
+
+def _check_together(recipe: dict) -> list:
+    """Settings each right alone and wrong together, which their stage would refuse only when it starts: a format
+    no target runs, TFLite buckets beyond max_length, quantize modes a format does not offer, intermediate-loss
+    epochs without an intermediate loss."""
+    from edgekit.stages import distill, export, quantize
+
+    order = recipe["stages"]
+    errors = []
+    if "distill" in order and (problem := distill.loss_problem(recipe["distill"]["intermediate_epochs"],
+                                                               {k: recipe["distill"][k] for k in distill.INTERMEDIATE})):
+        errors.append(problem)
+    if "export" not in order:
+        return errors
+    try:
+        formats = targets.formats_for(recipe["targets"], recipe["export"]["format"])
+    except EdgekitError as e:
+        return errors + [str(e)]
+    buckets = recipe["export"]["buckets"]
+    if "tflite" in formats and buckets is not None and (problem := export.bucket_problem(buckets, recipe["max_length"])):
+        errors.append(problem)
+    if "quantize" in order:
+        mode = recipe["quantize"]["mode"]
+        errors += quantize.mode_problems(mode if isinstance(mode, dict) else {f: mode for f in formats}, formats,
+                                         recipe["quantize"]["weights"])
     return errors
 
 

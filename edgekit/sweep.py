@@ -65,9 +65,11 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
         raise UsageError("--ray is empty; give the cluster's HOST:PORT, or leave --ray out to sweep here")
     if (Path(out) / "manifest.json").is_file():
         raise UsageError(f"--out {out} holds a compress run (manifest.json); give a folder of its own to the sweep")
+    from edgekit import pipeline
+
     points = grid(overrides)
-    for point in points:  # every point is validated before anything runs
-        recipes.load(recipe_name, point)
+    for point in points:  # every point is validated before anything runs, against its data and teacher too
+        pipeline.check_inputs(recipes.load(recipe_name, point))
     out = Path(out).resolve()  # Ray workers may start elsewhere
     shared = out / "shared"
     shared.mkdir(parents=True, exist_ok=True)

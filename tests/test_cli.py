@@ -169,7 +169,27 @@ def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_
     path = tmp_path / "prune.yaml"
     path.write_text(testing.tiny_recipe(albert, testing.make_csv(tmp_path / "d.csv"), ("finetune", "prune", "export")))
     code, err = dry(path, "prune.hidden_keep=0.5")
-    assert code == 2 and "supports bert, roberta, electra, not albert (the teacher)" in err
+    assert code == 2 and "supports bert, roberta, electra, not albert (the model it prunes)" in err
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["prune.heads_per_layer=5"], "prune.heads_per_layer=5: the model it prunes has 4 heads per layer; give 1..4"),
+    (["distill.student_config={num_attention_heads: 2}", "prune.heads_per_layer=3"], "has 2 heads per layer; give 1..2"),
+    (["prune.embedding_rank=32"], "prune.embedding_rank=32: give 1..31 (the embedding width is 32)"),
+    (["distill.student_config={num_attention_heads: 5}"], "hidden_size 32 is not a multiple of num_attention_heads 5"),
+    (["distill.student_config={num_hidden_layers: 3}", "distill.layers=[0, 1]"], "num_hidden_layers=3 but distill.layers lists 2"),
+    (["distill.layer_map=[0, 9]"], "distill.layer_map [0, 9] does not fit: the student has 2 layers, the teacher 4"),
+])
+def test_settings_that_do_not_fit_the_model_are_refused_before_the_first_stage(model_dir, csv_file, tmp_path, capsys,
+                                                                               overrides, message):
+    recipe = tmp_path / "all.yaml"  # each used to fail when its stage began: after fine-tuning, or after distilling
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune", "distill", "prune", "export")))
+    for dry in (["--dry-run"], ["--out", str(tmp_path / "run")]):
+        assert cli.main(["compress", "--recipe", str(recipe), *dry, *overrides]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+    assert cli.main(["compress", "--recipe", str(recipe), "--dry-run", *overrides[:-1]]) == 0
 
 
 def test_native_banners_stay_out_of_a_quiet_tflite_compress(model_dir, csv_file, tmp_path):

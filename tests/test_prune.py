@@ -148,7 +148,7 @@ def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model
 
 
 def test_more_heads_per_layer_than_the_model_has(model_dir, ctx, tmp_path):  # ranges: tests/test_recipe.py
-    with pytest.raises(EdgekitError, match="this model has 4 heads per layer; give 1..4"):
+    with pytest.raises(EdgekitError, match="the model it prunes has 4 heads per layer; give 1..4"):
         prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, heads_per_layer=5)
 
 

@@ -81,6 +81,21 @@ def test_out_of_range_values_are_refused_before_anything_runs(override, message)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["targets=[arm64]", "export.format=auto", "export.buckets=[16, 300]"], "export.buckets [16, 300] must be sequence lengths in [2, max_length=128]"),
+    (["targets=[arm64]", "export.format=auto", "export.buckets=[]"], "export.buckets [] must be sequence lengths"),
+    (["quantize.weights=uint8", "quantize.mode=static"], "quantize.weights 'uint8' with ONNX mode static: give int8"),
+    (["export.format=torchscript", "quantize.mode=fp16"], "quantize.mode fp16 is not offered for torchscript"),
+    (["targets=[arm64]", "export.format=auto", "quantize.mode={onnx: static}"], "quantize.mode has no mode for tflite"),
+    (["distill.intermediate_epochs=1", "distill.cosine=0"], "distill.intermediate_epochs > 0 needs an intermediate loss"),
+])
+def test_settings_right_alone_and_wrong_together_are_refused_before_anything_runs(overrides, message):
+    with pytest.raises(UsageError) as e:  # each used to pass validation and fail when its stage began
+        recipe.load("distilbert-int8", overrides)
+    assert message in str(e.value)
+    recipe.load("distilbert-int8", overrides[:-1])  # the same recipe without the last override is fine
+
+
 @pytest.mark.parametrize("stages, override, message", [
     ("[finetune, prune, export]", "prune.heads_keep=1.5", "prune.heads_keep must be in (0, 1], got 1.5"),
     ("[finetune, prune, export]", "prune.heads_keep=0.0", "prune.heads_keep must be in (0, 1], got 0.0"),

@@ -67,9 +67,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         student_finetune: float = 0.0, transfer: str = "", transfer_examples: int = 10000) -> Artifact:
     weights = {"kd": alpha, "ce": 1 - alpha, "cosine": cosine, "embedding": embedding, "attention": attention,
                "hidden": hidden, "pkd": pkd}
-    if intermediate_epochs > 0 and not any(weights[k] for k in INTERMEDIATE):  # ranges: LIMITS, before any stage
-        raise EdgekitError("distill.intermediate_epochs > 0 needs an intermediate loss: set one of "
-                           f"{', '.join(INTERMEDIATE)} > 0")
+    if problem := loss_problem(intermediate_epochs, weights):  # ranges: LIMITS, before any stage
+        raise EdgekitError(problem)
     teacher = families.load_model(artifact.path)
     t_tok = families.load_tokenizer(artifact.path)
     model, s_tok, keep, init_share = build_student(teacher, t_tok, student, layers, student_config)
@@ -139,9 +138,30 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     return Artifact(out_dir / "model", "hf", metrics)
 
 
+def loss_problem(intermediate_epochs: float, weights: dict) -> str:
+    """'' or why the loss weights cannot work together; edgekit.recipe asks before any stage runs."""
+    if intermediate_epochs > 0 and not any(weights.get(k) for k in INTERMEDIATE):
+        return f"distill.intermediate_epochs > 0 needs an intermediate loss: set one of {', '.join(INTERMEDIATE)} > 0"
+    return ""
+
+
 def eval_texts(ctx) -> list:
     """The run's validation and test sentences: never part of a transfer set, even without their labels."""
     return [t for t, _ in ctx.splits.validation + ctx.splits.test]
+
+
+def student_layers(layers, depth: int, student_config: dict | None) -> list:
+    """The source model's layers (of `depth`) the student keeps."""
+    keep = {"every_other": list(range(1, depth, 2)), "all": list(range(depth))}.get(layers, layers) \
+        if isinstance(layers, str) else layers
+    if isinstance(keep, str) or not all(isinstance(i, int) and not isinstance(i, bool) for i in keep):
+        raise EdgekitError(f"distill.layers is {layers!r}; give every_other, all, or a list of layer indices")
+    if student_config and "num_hidden_layers" in student_config and student_config["num_hidden_layers"] != len(keep):
+        if layers != "every_other":
+            raise EdgekitError(f"distill.student_config.num_hidden_layers={student_config['num_hidden_layers']} "
+                               f"but distill.layers lists {len(keep)} layers; make them agree")
+        keep = losses.layer_map("uniform", student_config["num_hidden_layers"], depth)
+    return keep
 
 
 def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple:
@@ -158,16 +178,8 @@ def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple
         source = families.load_model(path, labels=families.label_names(teacher.config))
         tok = families.load_tokenizer(path)
     depth = families.num_layers(source.config)
-    keep = {"every_other": list(range(1, depth, 2)), "all": list(range(depth))}.get(layers, layers) \
-        if isinstance(layers, str) else layers
-    if isinstance(keep, str) or not all(isinstance(i, int) and not isinstance(i, bool) for i in keep):
-        raise EdgekitError(f"distill.layers is {layers!r}; give every_other, all, or a list of layer indices")
+    keep = student_layers(layers, depth, student_config)
     if student_config:
-        if "num_hidden_layers" in student_config and student_config["num_hidden_layers"] != len(keep):
-            if layers != "every_other":
-                raise EdgekitError(f"distill.student_config.num_hidden_layers={student_config['num_hidden_layers']} "
-                                   f"but distill.layers lists {len(keep)} layers; make them agree")
-            keep = losses.layer_map("uniform", student_config["num_hidden_layers"], depth)
         model, share = families.student_from_config(teacher, student_config, keep)
         return model, tok, keep, share
     if keep == list(range(depth)) and source is not teacher:

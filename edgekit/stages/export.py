@@ -47,8 +47,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         raise EdgekitError(f"export needs a transformers model, got a {artifact.kind} artifact; put export before quantize")
     if buckets is None:
         buckets = [b for b in (32, 64, 128) if b < ctx.max_length] + [ctx.max_length]
-    if "tflite" in formats and (not buckets or any(not isinstance(b, int) or not 2 <= b <= ctx.max_length for b in buckets)):
-        raise EdgekitError(f"export.buckets {buckets} must be sequence lengths in [2, max_length={ctx.max_length}]")
+    if "tflite" in formats and (problem := bucket_problem(buckets, ctx.max_length)):
+        raise EdgekitError(problem)
     if "tflite" in formats:
         buckets = sorted(set(buckets) | {ctx.max_length})
     model = families.load_model(artifact.path)
@@ -101,6 +101,14 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
             "source": source, **extra}
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
+
+
+def bucket_problem(buckets: list, max_length: int) -> str:
+    """What is wrong with TFLite sequence buckets ('' if nothing); edgekit.recipe asks before any stage runs."""
+    if not isinstance(buckets, list) or not buckets or any(
+            not isinstance(b, int) or isinstance(b, bool) or not 2 <= b <= max_length for b in buckets):
+        return f"export.buckets {buckets} must be sequence lengths in [2, max_length={max_length}]"
+    return ""
 
 
 def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,

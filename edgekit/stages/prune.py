@@ -45,9 +45,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     source = artifact.path if recover_from == "input" else ctx.teacher.path
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
         heads = model.config.num_attention_heads
-        if not 1 <= heads_per_layer <= heads:
-            raise EdgekitError(f"prune.heads_per_layer={heads_per_layer}: this model has {heads} heads per layer; "
-                               f"give 1..{heads}")
+        if problem := heads_problem(heads_per_layer, heads):
+            raise EdgekitError(problem)
         heads_keep = heads_per_layer / heads
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
     recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
@@ -263,6 +262,20 @@ def keep_vocab(model, token_ids: list, unk: int | None) -> None:
     model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=len(keep))
 
 
+def heads_problem(heads_per_layer: int, heads: int) -> str:
+    """'' or why the model cannot keep that many heads per layer (also asked before any stage: edgekit.pipeline)."""
+    if heads_per_layer and not 1 <= heads_per_layer <= heads:
+        return f"prune.heads_per_layer={heads_per_layer}: the model it prunes has {heads} heads per layer; give 1..{heads}"
+    return ""
+
+
+def rank_problem(rank: int, width: int) -> str:
+    """'' or why the embedding table of this width cannot be factorized at that rank."""
+    if rank and not 0 < rank < width:
+        return f"prune.embedding_rank={rank}: give 1..{width - 1} (the embedding width is {width}), or 0 to keep the full table"
+    return ""
+
+
 def factorize_embedding(model, rank: int) -> None:
     """ALBERT's factorized embedding: the V x hidden word table becomes V x rank rows times a rank x hidden
     projection, initialised with the truncated SVD (the closest rank-r table); recovery training adapts both."""
@@ -272,9 +285,8 @@ def factorize_embedding(model, rank: int) -> None:
     if embedding.project is not None:
         raise EdgekitError("prune.embedding_rank: this model's embedding is already factorized; leave it out")
     table = embedding.embedding.weight.detach()
-    if not 0 < rank < table.shape[1]:
-        raise EdgekitError(f"prune.embedding_rank={rank}: give 1..{table.shape[1] - 1} (the embedding width is "
-                           f"{table.shape[1]}), or 0 to keep the full table")
+    if problem := rank_problem(rank, table.shape[1]):
+        raise EdgekitError(problem)
     u, s, vh = torch.linalg.svd(table, full_matrices=False)
     rows = torch.nn.Embedding(table.shape[0], rank)
     rows.weight.data.copy_(u[:, :rank] * s[:rank])

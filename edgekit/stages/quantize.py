@@ -56,14 +56,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
     if artifact.kind == "hf":
         raise EdgekitError("quantize needs an exported model (onnx, tflite or torchscript); put export before quantize")
     modes = mode if isinstance(mode, dict) else {a.kind: mode for a in sources.values()}
-    for a in sources.values():
-        if modes.get(a.kind) not in OFFERED[a.kind]:
-            raise EdgekitError(f"quantize.mode {modes.get(a.kind)} is not offered for {a.kind} (offered: "
-                               f"{', '.join(OFFERED[a.kind])}); give another mode, or one per format such as "
-                               f"{{onnx: static, torchscript: dynamic}}")
-    if weights == "uint8" and modes.get("onnx") != "dynamic":
-        raise EdgekitError(f"quantize.weights {weights!r} with ONNX mode {modes.get('onnx')}: give int8, or uint8 "
-                           f"with an ONNX export in mode dynamic")
+    if problems := mode_problems(modes, [a.kind for a in sources.values()], weights):
+        raise EdgekitError(problems[0])
     calib = []
     if "static" in modes.values():
         calib = [t for t, _ in ctx.splits.train[:calibration_size]]
@@ -109,6 +103,18 @@ def target_settings(target: str, fmt: str, reduce_range) -> dict:
     if fmt == "torchscript":
         return {"engine": t["torch_engine"]}
     return {}
+
+
+def mode_problems(modes: dict, formats: list, weights: str) -> list:
+    """Why the modes (format -> mode) cannot quantize these formats with these weights; edgekit.recipe asks
+    before any stage runs."""
+    problems = [f"quantize.mode {'has no mode' if modes.get(f) is None else modes[f] + ' is not offered'} for {f} "
+                f"(offered: {', '.join(OFFERED[f])}); give another mode, or one per format such as "
+                f"{{onnx: static, torchscript: dynamic}}" for f in dict.fromkeys(formats) if modes.get(f) not in OFFERED[f]]
+    if weights == "uint8" and "onnx" in formats and modes.get("onnx") != "dynamic":
+        problems.append(f"quantize.weights {weights!r} with ONNX mode {modes.get('onnx')}: give int8, or uint8 "
+                        f"with an ONNX export in mode dynamic")
+    return problems
 
 
 def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: dict, calib: list, ctx,
