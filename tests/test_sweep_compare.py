@@ -58,8 +58,9 @@ def test_a_failing_point_is_reported_and_the_others_still_run(model_dir, csv_fil
 def test_a_bad_grid_point_fails_before_anything_runs(tiny_recipe, tmp_path):
     with pytest.raises(UsageError, match="distill.temperature must be float"):
         sweep.sweep(str(tiny_recipe), ["distill.temperature=1,hot"], tmp_path / "sw")
-    with pytest.raises(UsageError, match=r"distill.layers \[0, 7\]: the teacher has 4 layers"):  # was: its point failed
-        sweep.sweep(str(tiny_recipe), ["distill.layers=[0, 1],[0, 7]"], tmp_path / "sw")  # after the first had run
+    with pytest.raises(UsageError, match=r"layer_map \[0, 3\] does not fit: the student has 4 layers"):  # was: the
+        sweep.sweep(str(tiny_recipe), ["distill.layers=every_other,all", "distill.layer_map=[0, 3]"],  # point failed
+                    tmp_path / "sw")  # after the first one had run
     assert not (tmp_path / "sw").exists()
 
 
