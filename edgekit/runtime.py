@@ -52,10 +52,12 @@ class HFModel:
         self.model = families.load_model(path)
         self.tokenizer = families.load_tokenizer(path)
         self.labels = families.label_names(self.model.config)
-        self.max_length = max_length or min(getattr(self.tokenizer, "model_max_length", 512) or 512, 512)
+        self.longest = min(getattr(self.tokenizer, "model_max_length", 512) or 512, 512,
+                           families.max_tokens(self.model.config))  # past the position table torch fails
+        self.max_length = min(max_length or run_max_length(Path(path)) or self.longest, self.longest)
 
     def encode(self, texts, max_length=None):
-        enc = self.tokenizer(list(texts), truncation=True, max_length=max_length or self.max_length,
+        enc = self.tokenizer(list(texts), truncation=True, max_length=min(max_length or self.max_length, self.longest),
                              padding=True, return_tensors="np")
         return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
 
@@ -69,6 +71,17 @@ class HFModel:
 
     def __call__(self, texts, max_length=None) -> dict:
         return predict(self, texts, max_length)
+
+
+def run_max_length(folder: Path) -> int:
+    """The recipe's max_length when `folder` is a stage's model inside an edgekit run (RUN/03-prune/model), so
+    the folder truncates where the run's exported files do; 0 elsewhere."""
+    for parent in list(folder.resolve().parents)[:2]:
+        try:
+            return int(json.loads((parent / "manifest.json").read_text())["recipe"]["max_length"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return 0
 
 
 def read_sidecar(model_file: Path) -> dict:
@@ -152,6 +165,12 @@ def predict(model, texts, max_length=None) -> dict:
         raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {odd[0]!r}")
     if not texts:
         return {"labels": [], "probs": np.zeros((0, len(model.labels)), dtype=np.float32)}
+    for i, t in enumerate(texts):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate, from surrogateescape decoding or JSON: tokenizers raised
+            raise EdgekitError(f"text {i} is not valid Unicode ({e.reason} at character {e.start}); decode the input "
+                               f"with errors='replace' or fix its encoding")
     probs = softmax(model.logits(model.encode(texts, max_length)))
     return {"labels": [model.labels[i] for i in probs.argmax(-1)], "probs": probs}
 

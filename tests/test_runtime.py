@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from edgekit import data, runtime
@@ -36,15 +37,20 @@ from tokenizers import Tokenizer
 folder = {str(exported.path.parent)!r}
 meta = json.load(open(folder + "/model.json"))
 tok = Tokenizer.from_file(folder + "/" + meta["tokenizer"])
-enc = tok.encode("the movie was good")
-ids = np.array([enc.ids], dtype=np.int64)
-out = ort.InferenceSession(folder + "/model.onnx").run(None, {{"input_ids": ids, "attention_mask": np.ones_like(ids)}})[0]
+session = ort.InferenceSession(folder + "/model.onnx")
+for text in ("the movie was good", "bad plot " * 200):  # the long one ran past the position table: ORT failed
+    ids = np.array([tok.encode(text).ids], dtype=np.int64)
+    out = session.run(None, {{"input_ids": ids, "attention_mask": np.ones_like(ids)}})[0]
+    print(ids.shape[1], meta["labels"][int(out.argmax())], json.dumps(out[0].tolist()))
 assert "edgekit" not in sys.modules and "torch" not in sys.modules
-print(meta["labels"][int(out.argmax())])
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() in ("LABEL_0", "LABEL_1")  # the untrained tiny model keeps its default labels
+    rows = [line.split(" ", 2) for line in done.stdout.splitlines()]
+    assert [int(r[0]) for r in rows][1] == 32  # truncated at model.json's max_length by tokenizer.json itself
+    assert all(r[1] in ("LABEL_0", "LABEL_1") for r in rows)  # the untrained tiny model keeps its default labels
+    ours = runtime.load(exported.path)(["the movie was good", "bad plot " * 200])["probs"]
+    assert abs(runtime.softmax(np.array([json.loads(r[2]) for r in rows])) - ours).max() < 1e-5
 
 
 def test_missing_or_damaged_sidecar_and_model_are_clear_errors(exported):
@@ -178,3 +184,43 @@ def test_a_transformers_folder_truncates_where_the_recipe_does(model_dir):
     long = ["good " * 100]
     assert runtime.load(model_dir).encode(long)["input_ids"].shape[1] > 32  # its own limit
     assert runtime.load(model_dir, max_length=32).encode(long)["input_ids"].shape[1] == 32  # evaluate's teacher
+
+
+def test_a_stage_folder_inside_a_run_truncates_where_the_run_does(tmp_path):
+    from edgekit import testing
+
+    folder = testing.make_model_dir(tmp_path / "run" / "03-prune" / "model")  # 128 positions, tokenizer says 1e30
+    long = ["good " * 1000]
+    assert runtime.load(folder).encode(long)["input_ids"].shape[1] == 128  # was 512: torch failed past 128
+    assert runtime.load(folder)(long)["probs"].shape == (1, 2)
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"recipe": {"max_length": 24}}))
+    assert runtime.load(folder).encode(long)["input_ids"].shape[1] == 24  # as the run's exported files do
+    assert runtime.load(folder, max_length=64).encode(long)["input_ids"].shape[1] == 64
+
+
+def test_a_text_that_is_not_valid_unicode_is_one_line(exported):
+    with pytest.raises(EdgekitError, match="text 1 is not valid Unicode"):  # tokenizers raised a TypeError
+        runtime.load(exported.path)(["fine", "bad \ud800 movie"])
+
+
+def test_the_readme_snippet_runs_the_onnx_and_tflite_files_as_edgekit_does(model_dir, csv_file, tmp_path):
+    pytest.importorskip("litert_torch")
+    from pathlib import Path
+
+    from edgekit import cli, testing
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("export", "quantize")).replace(
+        "stages:", "targets: [x86, arm64]\nstages:", 1))
+    assert cli.main(["compress", "--recipe", str(recipe), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    snippet = readme.split("truncates at `max_length` by itself:\n\n```python\n")[1].split("```")[0]
+    folder = tmp_path / "run" / "02-quantize"
+    text = "a gripping, funny film"  # the ONNX part alone, then the whole snippet (its TFLite part last)
+    for code, model in ((snippet.split("\nfrom ai_edge_litert")[0], "x86-onnx/model.onnx"),
+                        (snippet, "arm64-tflite/model.tflite")):
+        done = subprocess.run([sys.executable, "-c", code + "\nprint(json.dumps(np.asarray(logits).tolist()))"],
+                              cwd=folder, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        logits = np.array(json.loads(done.stdout.splitlines()[-1]))
+        assert abs(runtime.softmax(logits) - runtime.load(folder / model)([text])["probs"]).max() < 1e-5

@@ -17,11 +17,12 @@ from edgekit.errors import EdgekitError
 EXPORTERS = ("torchscript", "dynamo")
 LIMITS = {"exporter": EXPORTERS, "opset": "[10, 23]", "min_label_agreement": "[0, 1]"}  # opsets the exporter and
 # ORT's quantizer take (9 fails in the exporter; 23 is torch's newest); and recipe.COMMON
-REVISION = 7  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+REVISION = 8  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
 # 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see rewrite
 # 4: and the last layer computes the first token's row alone (TFLite and ONNX); 5: DistilBERT's too
 # 6: ONNX gets the Q|K|V projection and the additive mask too, and constant Reshape shapes (fixed_reshapes)
 # 7: ONNX embeddings without the token-type lookup (no_token_types)
+# 8: tokenizer.json truncates at max_length on its own
 REWRITES = {"onnx": ("first_token_last_layer", "fused_qkv", "additive_mask", "no_token_types"),
             "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
 
@@ -92,15 +93,28 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     else:
         path = out_dir / "model.pt"
         to_torchscript(model, sample, path)
-    tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
+    longest = max(buckets) if format == "tflite" else max_length
+    save_tokenizer(tokenizer, out_dir / "tokenizer.json", longest)
     labels = families.label_names(model.config)
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
-            "max_length": max(buckets) if format == "tflite" else max_length, "tokenizer": "tokenizer.json",
+            "max_length": longest, "tokenizer": "tokenizer.json",
             "pad_id": tokenizer.pad_token_id, "inputs": inputs,
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}],
-            "source": source, **extra}
+            "source": source, **extra}  # TorchScript INT8 re-traces it
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
+
+
+def save_tokenizer(tokenizer, path: Path, max_length: int) -> None:
+    """tokenizer.json as a device app reads it with the `tokenizers` library alone: truncation at the model's
+    max_length on (transformers applies it per call and saves it off, so a long text ran past the position table
+    in plain onnxruntime), padding off (the model.json says how each format pads)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.enable_truncation(max_length)
+    backend.no_padding()
+    backend.save(str(path))
 
 
 def bucket_problem(buckets: list, max_length: int) -> str:
