@@ -166,7 +166,8 @@ def cmd_compress(args) -> int:
 
     resolved = pipeline.resolve(args.recipe, args.teacher, args.data, args.overrides)
     if args.dry_run:
-        pipeline.check_inputs(resolved)
+        if splits := pipeline.check_inputs(resolved):
+            pipeline.tell_data(splits, True)
         print(recipe.dump(resolved), end="")
         return 0
     out = Path(args.out) if args.out else Path("artifacts") / resolved["name"]
@@ -217,8 +218,10 @@ def summary(manifest: dict) -> str:
                     f"{final.get('bench_seq_len')} tokens")
     for b in manifest["budgets"]:
         where = f"{b['artifact']}: " if "artifact" in b else ""
+        verdict = "ok" if b["ok"] else "NOT MEASURED: add the stage that measures it" if b["actual"] is None \
+            else "OVER BUDGET"
         rows.append(f"budget {where}{b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
-                    f"{'ok' if b['ok'] else 'OVER BUDGET'}{gate.interval_note(b.get('interval'), b['target'])}")
+                    f"{verdict}{gate.interval_note(b.get('interval'), b['target'])}")
     return "\n".join(rows)
 
 

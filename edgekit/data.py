@@ -4,8 +4,11 @@ import csv
 import hashlib
 import io
 import json
+import math
 import random
-from dataclasses import dataclass
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit import assets
@@ -14,6 +17,10 @@ from edgekit.errors import EdgekitError
 DATASETS = ("rt-polarity", "vader-amazon", "tweets-3class")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
 UNLABELLED = -1  # the label of a transfer-set text: KD from the teacher only, no cross-entropy
+try:
+    csv.field_size_limit(sys.maxsize)  # a text over 131,072 chars loads (the tokenizer truncates it later)
+except OverflowError:  # a C long of 32 bits
+    csv.field_size_limit(2**31 - 1)
 
 
 @dataclass
@@ -23,6 +30,9 @@ class Splits:
     test: list
     labels: list  # label names, index = label id
     source: str
+    # what was read: {"rows": rows read, "skipped": rows without text or label (None: a named dataset),
+    # "splits": {split: rows before max_train / max_eval}, "classes": {label: rows in all splits}}
+    stats: dict = field(default_factory=dict, compare=False)
 
     def fingerprint(self) -> str:
         h = hashlib.sha256(json.dumps([self.labels, self.train, self.validation, self.test]).encode())
@@ -35,6 +45,7 @@ LIMITS = {"max_train": "[0, inf)", "max_eval": "[0, inf)"}  # 0: every row (edge
 def load(source: str, text_column: str = "text", label_column: str = "label", split_column: str = "",
          max_train: int = 0, max_eval: int = 0, seed: int = 0) -> Splits:
     """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically."""
+    skipped = None
     if source == "rt-polarity":
         rows = _rt_polarity()
     elif source == "vader-amazon":
@@ -43,7 +54,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rows = [(t, label, _hash_split(t)) for t, label in _tweets()]
     else:
         check_source(source)
-        rows = _read_file(Path(source), text_column, label_column, split_column)
+        rows, read = _read_file(Path(source), text_column, label_column, split_column)
+        skipped = read - len(rows)
     by_split = {"train": [], "validation": [], "test": []}
     for text, label, split in rows:
         by_split[split].append((text, label))
@@ -58,6 +70,9 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         if unseen:
             raise EdgekitError(f"{split} labels never seen in training: {', '.join(unseen[:5])}; "
                                f"training has {', '.join(names[:10])}")
+    counts = Counter(label for _, label, _ in rows)
+    stats = {"rows": len(rows) + (skipped or 0), "skipped": skipped,
+             "splits": {s: len(rows_) for s, rows_ in by_split.items()}, "classes": {n: counts[n] for n in names}}
     encoded = {s: [(t, ids[lab]) for t, lab in rows_] for s, rows_ in by_split.items()}
     rng = random.Random(seed)
     for s in encoded:
@@ -69,7 +84,64 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         encoded["test"] = encoded["test"][:max_eval]
     if not encoded["test"]:
         raise EdgekitError(f"dataset {source} has no test rows; add rows or a split column with 'test' values")
-    return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source)
+    return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source, stats)
+
+
+def describe(splits: Splits) -> str:
+    """One line on what was read: rows, rows skipped, rows per split and per class."""
+    stats, classes = splits.stats, _class_counts(splits)
+    if stats.get("skipped") is not None:
+        head = f"{stats['rows']} rows read, {stats['skipped']} skipped (empty text or label)"
+    else:
+        head = f"{splits.source}, {sum(classes.values())} rows"
+    parts = []
+    for s in ("train", "validation", "test"):
+        n, full = len(getattr(splits, s)), stats.get("splits", {}).get(s)
+        parts.append(f"{s} {n}" + (f" of {full}" if full is not None and full != n else ""))
+    shown = [f"{name} {n}" for name, n in list(classes.items())[:20]]
+    more = f", {len(classes) - 20} more" if len(classes) > 20 else ""
+    return f"data: {head}; {', '.join(parts)}; classes: {', '.join(shown)}{more}"
+
+
+def warnings(splits: Splits) -> list:
+    """One line each: labels that look like one class written two ways, and classes with very few rows."""
+    classes = _class_counts(splits)
+    out, by_text, by_number = [], {}, {}
+    for name in classes:
+        by_text.setdefault(" ".join(name.lower().split()), []).append(name)
+        try:
+            if math.isfinite(float(name)):
+                by_number.setdefault(float(name), []).append(name)
+        except ValueError:
+            pass
+    for group in by_text.values():
+        if len(group) > 1:
+            how = ("case" if len({n.lower() for n in group}) == 1 else
+                   "spacing" if len({" ".join(n.split()) for n in group}) == 1 else "case and spacing")
+            out.append(f"labels {_quoted(group)} differ only in {how}: they are separate classes; "
+                       f"make them one spelling if they are one class")
+    for group in by_number.values():
+        if len(group) > 1:
+            out.append(f"labels {_quoted(group)} are the same number written differently: they are separate "
+                       f"classes; write them one way if they are one class")
+    total = sum(classes.values())
+    for name, n in classes.items():
+        if n < 5 or n < total / 100:
+            out.append(f"class '{name}' has {n} row{'s' if n != 1 else ''} ({100 * n / total:.1f}% of {total}); "
+                       f"check its label for a typo or a stray field, or add rows of it")
+    return out
+
+
+def _class_counts(splits: Splits) -> dict:
+    if "classes" in splits.stats:
+        return splits.stats["classes"]
+    counts = Counter(y for _, y in splits.train + splits.validation + splits.test)
+    return {name: counts[i] for i, name in enumerate(splits.labels)}
+
+
+def _quoted(names: list) -> str:
+    quoted = [f"'{n}'" for n in names]
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 def _label_order(name: str):
@@ -162,11 +234,13 @@ def check_source(source: str) -> None:
         raise EdgekitError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
 
 
-def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> list:
+def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> tuple:
+    """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError:
         raise EdgekitError(f"dataset {path} is not UTF-8 text; convert it to UTF-8")
+    used = (text_column, label_column) + ((split_column,) if split_column else ())
     if path.suffix == ".jsonl":
         records = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -178,15 +252,12 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                 if not isinstance(record, dict):
                     raise EdgekitError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
                 records.append(record)
+        if records:
+            _check_columns(path, list(records[0]), used)
     else:
-        records = list(csv.DictReader(io.StringIO(text), delimiter="\t" if path.suffix == ".tsv" else ","))
+        records = _csv_records(path, text, used)
     if not records:
         raise EdgekitError(f"dataset {path} is empty; it needs a header and labelled rows")
-    columns = list(records[0])
-    for col in (text_column, label_column) + ((split_column,) if split_column else ()):
-        if col not in columns:
-            raise EdgekitError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(str, columns))}; "
-                               f"set data.text_column / data.label_column / data.split_column")
     rows = []
     for r in records:
         text, label = r.get(text_column), r.get(label_column)
@@ -199,7 +270,48 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         rows.append((str(text), str(label).strip(), split))
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")
-    return rows
+    return rows, len(records)
+
+
+def _check_columns(path: Path, columns: list, used: tuple) -> None:
+    for col in used:
+        if col not in columns:
+            raise EdgekitError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(str, columns))}; "
+                               f"set data.text_column / data.label_column / data.split_column")
+        where = [str(i) for i, c in enumerate(columns, 1) if c == col]
+        if len(where) > 1:
+            times = "twice" if len(where) == 2 else f"{len(where)} times"
+            raise EdgekitError(f"dataset {path}: column '{col}' appears {times} "
+                               f"(columns {', '.join(where[:-1])} and {where[-1]}); rename one")
+
+
+def _csv_records(path: Path, text: str, used: tuple) -> list:
+    """A CSV/TSV file's rows as {column: value}; a row with more fields than the header, or too few to reach a
+    column in use, is refused: an unquoted comma (tab) in a text would shift its label."""
+    sep, sep_name = ("\t", "tab") if path.suffix == ".tsv" else (",", "comma")
+    reader = csv.reader(io.StringIO(text), delimiter=sep)
+    header, records, line = None, [], 1
+    try:
+        for row in reader:
+            n, line = line, reader.line_num + 1  # n: the line the row starts on
+            if not row:
+                continue
+            if header is None:
+                header = row
+                _check_columns(path, header, used)
+                needed = 1 + max(header.index(c) for c in used)
+                continue
+            if len(row) > len(header):
+                raise EdgekitError(f"{path} line {n} has {len(row)} fields, the header has {len(header)}; "
+                                   f"put a text that holds a {sep_name} in double quotes (\"good movie, really\")")
+            if len(row) < needed:
+                raise EdgekitError(f"{path} line {n} has {len(row)} field{'s' if len(row) != 1 else ''}, the header "
+                                   f"has {len(header)}, so its '{header[len(row)]}' value is missing; give every "
+                                   f"row a {sep_name} before each value (an empty value skips the row)")
+            records.append(dict(zip(header, row)))
+    except csv.Error as e:
+        raise EdgekitError(f"{path} line {line}: {e}; check the quotes on that line")
+    return records
 
 
 def encode(tokenizer, examples: list, max_length: int) -> list:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import edgekit
 from edgekit import assets, data, families, recipe as recipes, stages
-from edgekit.artifact import Artifact, write_json
+from edgekit.artifact import Artifact, weights_mb, write_json
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
@@ -131,6 +131,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> 
             check_labels(source, splits.labels, recipe["teacher"])
         prepare_out(out)
         held = lock(out)
+        tell_data(splits, progress)  # after the checks: a refused run says one line
         try:
             return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None, team)
         finally:
@@ -254,6 +255,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         if name == "finetune":
             ctx.teacher, teacher_print = artifact, input_print
         write_json(out / "manifest.json", manifest)
+    if artifact.kind == "hf" and "size_mb" not in artifact.metrics:  # a recipe without export: the folder's weights
+        artifact.metrics["size_mb"] = weights_mb(artifact.path)
     manifest["final"] = artifact.to_json(out)
     manifest["budgets"] = check_budgets(recipe["budgets"], artifact.metrics)
     if artifact.outputs:  # every deployable artifact meets the budgets, not just the first
@@ -389,21 +392,29 @@ def check_budgets(budgets: dict, metrics: dict) -> list:
                                metrics.get(f"{metric}_interval")) for metric, bound in budgets.items()]
 
 
-def check_inputs(recipe: dict) -> None:
+def check_inputs(recipe: dict):
     """What --dry-run can tell without fetching anything or training: a local data file reads as the run will read
     it; a local or cached teacher is whole, and the distill and prune settings fit its shape (a hub id is only
-    tried by a real run)."""
+    tried by a real run). Returns the local data file's Splits (None for a named dataset)."""
     data.check_source(recipe["data"]["source"])
+    splits = None
     if recipe["data"]["source"] not in data.DATASETS:  # named datasets are known good; a file may not be
-        data.load(seed=recipe["seed"], **recipe["data"])
+        splits = data.load(seed=recipe["seed"], **recipe["data"])
     student = (recipe.get("distill") or {}).get("student", "teacher") if "distill" in recipe["stages"] else "teacher"
     if student != "teacher" and not assets.is_asset(student) and student.startswith(("/", ".", "~")):
         resolve_model(student)  # a path that is not there, or not a whole model folder
     spec = recipe["teacher"]
     local = not assets.is_asset(spec) and Path(spec).expanduser().exists()
-    if not local and not (assets.is_asset(spec) and (assets.cache_dir() / spec / assets.READY).is_file()):
-        return
-    check_shapes(recipe, resolve_model(spec).path)
+    if local or (assets.is_asset(spec) and (assets.cache_dir() / spec / assets.READY).is_file()):
+        check_shapes(recipe, resolve_model(spec).path)
+    return splits
+
+
+def tell_data(splits, progress: bool) -> None:
+    """What was read (with progress) and what looks wrong in it (always), on stderr."""
+    log(data.describe(splits), progress)
+    for warning in data.warnings(splits):
+        print(f"edgekit: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def check_shapes(recipe: dict, teacher: Path) -> None:

@@ -224,3 +224,19 @@ def test_hidden_output_drops_native_writes_and_shows_them_only_when_something_un
     assert "the reason" in capfd.readouterr().err
     os.write(2, b"fd 2 is back\n")
     assert capfd.readouterr().err == "fd 2 is back\n"
+
+
+def test_what_was_read_is_told_and_labels_that_look_alike_are_warned_about(model_dir, tmp_path, capsys):
+    rows = [("good film", "pos"), ("bad film", "neg"), ("great plot", "Pos"), ("dull plot", "neg"), ("", "pos")] * 30
+    (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(testing.tiny_recipe(model_dir, tmp_path / "d.csv", ("finetune", "evaluate")))
+    assert cli.main(["compress", "--recipe", str(recipe), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "data: 150 rows read, 30 skipped (empty text or label);" in err and "classes: Pos 30, neg 60, pos 30" in err
+    assert "warning: labels 'Pos' and 'pos' differ only in case" in err
+    assert cli.main(["compress", "--recipe", str(recipe), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    err = capsys.readouterr().err  # --quiet drops the counts, never the warning
+    assert "data: 150 rows" not in err and "warning: labels 'Pos' and 'pos' differ only in case" in err
+    import json  # a final transformers folder (no export) has a size: its size budget was "None OVER BUDGET", exit 3
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["final"]["metrics"]["size_mb"] > 0

@@ -91,3 +91,96 @@ def test_batches_pad_dynamically_and_cover_every_example():
     assert sorted(seen) == list(range(len(encoded)))
     order = [b["index"] for b in data.batches(encoded, 8, pad_id=0, shuffle=True, seed=1)]
     assert order == [b["index"] for b in data.batches(encoded, 8, pad_id=0, shuffle=True, seed=1)]
+
+
+def rows_csv(tmp_path, lines, header="text,label", name="d.csv"):
+    f = tmp_path / name
+    f.write_text(header + "\n" + "\n".join(lines) + "\n")
+    return f
+
+
+def two_classes(n=60):
+    return [f"sentence {i},{'ab'[i % 2]}" for i in range(n)]
+
+
+def test_a_row_with_an_unquoted_comma_is_refused_with_its_line(tmp_path):
+    f = rows_csv(tmp_path, two_classes()[:10] + ["good movie, really,a"] + two_classes()[10:])
+    with pytest.raises(EdgekitError) as e:  # was: a third class 'really' with one row
+        data.load(str(f))
+    assert "line 12 has 3 fields, the header has 2" in str(e.value) and "double quotes" in str(e.value)
+    assert "\n" not in str(e.value)
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text("text\tlabel\n" + "\n".join(f"s{i}\t{'ab'[i % 2]}" for i in range(60)) + "\nsome\ttext\tb\n")
+    with pytest.raises(EdgekitError, match="line 62 has 3 fields.*a tab in double quotes"):
+        data.load(str(tsv))
+
+
+def test_a_quoted_comma_and_a_multiline_text_still_load(tmp_path):
+    f = rows_csv(tmp_path, two_classes() + ['"good movie, really",a', '"two\nlines",b'])
+    s = data.load(str(f))
+    assert {"good movie, really", "two\nlines"} <= {t for t, _ in s.train + s.validation + s.test}
+
+
+def test_a_short_row_without_its_label_is_refused(tmp_path):
+    f = rows_csv(tmp_path, two_classes()[:5] + ["a text with no label"] + two_classes()[5:])
+    with pytest.raises(EdgekitError, match="line 7 has 1 field, the header has 2, so its 'label' value is missing"):
+        data.load(str(f))  # was: skipped without a word
+    f = rows_csv(tmp_path, [line + ",note" for line in two_classes()] + ["no note,a"], header="text,label,note")
+    assert data.load(str(f)).stats["rows"] == 61  # a missing value in a column not in use is harmless
+
+
+def test_a_column_name_given_twice_is_refused(tmp_path):
+    f = rows_csv(tmp_path, [line + ",other" for line in two_classes()], header="text,label,text")
+    with pytest.raises(EdgekitError) as e:  # was: the last 'text' column used
+        data.load(str(f))
+    assert "column 'text' appears twice (columns 1 and 3); rename one" in str(e.value)
+    f = rows_csv(tmp_path, [line + ",x,y" for line in two_classes()], header="text,label,note,note")
+    assert data.load(str(f)).labels == ["a", "b"]  # a repeated column not in use is harmless
+
+
+def test_a_text_longer_than_the_csv_field_limit_loads(tmp_path):
+    f = rows_csv(tmp_path, two_classes() + ["x" * 200_000 + ",a"])  # was: _csv.Error field larger than field limit
+    s = data.load(str(f))
+    assert max(len(t) for t, _ in s.train + s.validation + s.test) == 200_000
+
+
+def test_describe_says_rows_read_skipped_per_split_and_per_class(tmp_path):
+    f = rows_csv(tmp_path, two_classes() + [",a", "no label,", " , "])
+    s = data.load(str(f))
+    assert s.stats["rows"] == 63 and s.stats["skipped"] == 3 and s.stats["classes"] == {"a": 30, "b": 30}
+    sizes = f"train {len(s.train)}, validation {len(s.validation)}, test {len(s.test)}"
+    assert data.describe(s) == f"data: 63 rows read, 3 skipped (empty text or label); {sizes}; classes: a 30, b 30"
+    assert data.warnings(s) == []
+    short = data.load(str(f), max_train=5)
+    assert f"train 5 of {len(s.train)}, validation" in data.describe(short) and short.fingerprint() != s.fingerprint()
+    assert data.load(str(f)).fingerprint() == s.fingerprint()
+
+
+def test_warnings_name_spelling_variants_and_tiny_classes(tmp_path):
+    labels = ["pos", "Pos", "neg", "NEG ", "1", "1.0"]
+    f = rows_csv(tmp_path, [f"sentence {i},{labels[i % 6]}" for i in range(600)] + ["odd one,rare"])
+    s = data.load(str(f))  # "odd one" hashes to train
+    assert set(s.labels) == {"pos", "Pos", "neg", "NEG", "1", "1.0", "rare"}  # accepted as before: nothing merged
+    w = data.warnings(s)
+    assert "labels 'NEG' and 'neg' differ only in case: they are separate classes; make them one spelling if they " \
+           "are one class" in w
+    assert any(line.startswith("labels 'Pos' and 'pos' differ only in case") for line in w)
+    assert any(line.startswith("labels '1' and '1.0' are the same number written differently") for line in w)
+    assert any(line.startswith("class 'rare' has 1 row (0.2% of 601)") for line in w)
+    assert len(w) == 4 and all("\n" not in line for line in w)
+
+
+def test_a_class_under_one_percent_of_rows_is_named(tmp_path):
+    f = rows_csv(tmp_path, [f"s{i},{'a' if i < 600 else 'b' if i < 1190 else 'c'}" for i in range(1200)])
+    assert [line.split(" (")[0] for line in data.warnings(data.load(str(f)))] == ["class 'c' has 10 rows"]
+
+
+def test_describe_a_named_dataset(tmp_path, monkeypatch):
+    lines = [f"1_{i}\t{v}\tsnippet number {i} here" for i, v in enumerate([-0.9, 1.5, 0, 2.0, -3.1] * 10)]
+    (tmp_path / "amazon.txt").write_text("\n".join(lines))
+    monkeypatch.setattr(data.assets, "path", lambda name, progress=True: tmp_path / "amazon.txt")
+    s = data.load("vader-amazon")
+    assert data.describe(s).startswith("data: vader-amazon, 40 rows; train ")
+    assert data.describe(s).endswith("; classes: negative 20, positive 20") and data.warnings(s) == []
+    bare = data.Splits(s.train, s.validation, s.test, s.labels, s.source)  # built without a record: counted
+    assert data.describe(bare) == data.describe(s)
