@@ -18,6 +18,7 @@ values. A failed run is recorded as {"complete": false, "error": ...} and never 
 import csv
 import io
 import json
+import math
 import os
 import re
 import shlex
@@ -50,6 +51,10 @@ LIMITS = {"threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)", "batc
           "sentences": "[0, inf)", "timeout_s": "[1, inf)", "port": "[1, 65535]", "connect_timeout": "[1, inf)"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # hosts, users, serials: never an option, never shell syntax
 RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
+# what a device's result may hold: every one a finite number >= 0 (accuracy a fraction), or absent
+RESULT_NUMBERS = ("size_mb", "peak_rss_mb", "rss_after_load_mb", "load_s", "first_inference_ms", "mean_ms",
+                  "accuracy_retained")
+RESULT_GROUPS = ("latency_ms", "sentence_latency_ms", "throughput")
 
 
 def runner_source() -> Path:
@@ -114,6 +119,8 @@ def load_targets(recipe: dict, targets_file=None) -> dict:
 
 
 def check_target(name: str, spec) -> list:
+    if not NAME.match(name) or ".." in name:  # names go into folders that are removed: /tmp/edgekit-bench-NAME
+        return [f"target name {name!r} may hold only letters, digits, '.', '_' and '-' (no '/' nor '..')"]
     if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
         return [f"target {name}: kind must be one of {', '.join(KINDS)}"]
     allowed = {**COMMON, **FIELDS[spec["kind"]]}
@@ -132,6 +139,10 @@ def check_target(name: str, spec) -> list:
     for key in ("host", "user", "serial"):
         if isinstance(spec.get(key), str) and not NAME.match(spec[key]):
             errors.append(f"target {name}: {key} {spec[key]!r} may hold only letters, digits, '.', '_' and '-'")
+    workdir = spec.get("workdir")
+    if isinstance(workdir, str) and not workdir.startswith("/"):  # "" would make /job; "~" is not expanded
+        errors.append(f"target {name}: workdir {workdir!r} must be an absolute path on the device; use an absolute "
+                      f"path such as /home/pi/edgekit-bench")
     for metric, bound in (spec["budgets"] if isinstance(spec.get("budgets"), dict) else {}).items():
         if metric not in recipes.METRICS:
             errors.append(f"target {name}: budget on unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
@@ -201,20 +212,29 @@ def runner_args(spec: dict, root: str, emulated: bool = False) -> list:
     return args + (["--emulated"] if emulated else [])
 
 
+def tail(text, n: int = 300) -> str:
+    """The end of what a device printed, on one line."""
+    return " ".join((text or "").split())[-n:] or "no output"
+
+
 def runner_failure(name: str, done) -> str:
-    lines = [l for l in (done.stderr or "").strip().splitlines() if l.strip()]
-    last = next((l for l in reversed(lines) if "device_bench: error:" in l), lines[-1] if lines else "no output")
-    return f"target {name}: {last.split('device_bench: error: ')[-1].strip()[:300]}"
+    said = next((l for l in reversed((done.stderr or "").splitlines()) if "device_bench: error:" in l), None)
+    if said:  # the runner's own one-line message
+        return f"target {name}: {said.split('device_bench: error: ')[-1].strip()[:300]}"
+    return (f"target {name}: the benchmark runner crashed with exit code {done.returncode} "
+            f"({tail((done.stderr or '') + ' ' + (done.stdout or ''))})")
 
 
-def call(argv: list, name: str, what: str, timeout: int, **kw):
+def call(argv: list, name: str, what: str, timeout: int, fix: str = "raise timeout_s in the target or lower "
+         "runs/sentences", **kw):
+    if kw.get("text"):  # a device may print anything: Latin-1 banners, garbage
+        kw["errors"] = "replace"
     try:
         return subprocess.run(argv, capture_output=True, timeout=timeout, **kw)
     except FileNotFoundError:
         raise EdgekitError(f"target {name}: {argv[0]} is not installed here; install it to {what}")
     except subprocess.TimeoutExpired:
-        raise EdgekitError(f"target {name}: {what} took longer than {timeout} s; raise timeout_s in the target or "
-                           f"lower runs/sentences")
+        raise EdgekitError(f"target {name}: {what} took longer than {timeout} s; {fix}")
 
 
 # ---------------------------------------------------------------- local
@@ -225,16 +245,49 @@ def run_local(name: str, spec: dict, job: Path) -> dict:
                 spec.get("timeout_s", 1800), cwd=job, text=True, env={**os.environ, "PYTHONPATH": str(job)})
     if done.returncode != 0:
         raise EdgekitError(runner_failure(name, done))
-    return read_result(name, (job / "result.json").read_text() if (job / "result.json").is_file() else "")
+    return read_result(name, (job / "result.json").read_text() if (job / "result.json").is_file() else "", done)
 
 
-def read_result(name: str, text: str) -> dict:
+def read_result(name: str, text: str, done=None) -> dict:
+    """The result JSON; `done`: the runner's process, whose output tells why there is none."""
+    printed = tail(((done.stderr or "") + " " + (done.stdout or "")) if done else "")
     try:
         result = json.loads(text)
     except ValueError:
-        raise EdgekitError(f"target {name}: the runner left no readable result.json; run again with -v to see why")
+        raise EdgekitError(f"target {name}: the runner left no readable result.json "
+                           f"({'it holds: ' + tail(text, 80) + '; ' if text.strip() else ''}the runner printed: "
+                           f"{printed})")
     if not isinstance(result, dict) or result.get("complete") is not True or "latency_ms" not in result:
         raise EdgekitError(f"target {name}: the runner's result is incomplete; nothing merged, run again")
+    return result
+
+
+def check_result(name: str, result: dict, spec: dict) -> dict:
+    """Refuse what no device measures (NaN, a negative or text latency, accuracy 7) and a result for another model
+    than the one sent (an old result left on the device)."""
+    sent = {"model": Path(spec["_model"]).name, "format": spec["_format"]}
+    for key, value in sent.items():
+        if result.get(key) is not None and result[key] != value:
+            raise EdgekitError(f"target {name}: the result is for {key} {result[key]!r}, not the {value!r} sent; "
+                               f"an old result was left on the device: nothing merged, run again")
+    latency = result.get("latency_ms")
+    if not isinstance(latency, dict) or any(q not in latency for q in ("p50", "p90", "p99")):
+        raise EdgekitError(f"target {name}: the result's latency_ms is {latency!r}, not p50, p90 and p99 in ms; "
+                           f"nothing merged, check the runner on the device")
+    values = {k: result[k] for k in RESULT_NUMBERS if result.get(k) is not None}
+    for group in RESULT_GROUPS:
+        if group in result:
+            items = result[group].items() if isinstance(result[group], dict) else [("", result[group])]
+            values.update({f"{group}.{k}".rstrip("."): v for k, v in items})
+    for field, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise EdgekitError(f"target {name}: the result's {field} is {value!r}, not a finite number >= 0; nothing "
+                               f"merged, check the runner on the device")
+    accuracy = result.get("accuracy")
+    if accuracy is not None and (isinstance(accuracy, bool) or not isinstance(accuracy, (int, float))
+                                 or not 0 <= accuracy <= 1):
+        raise EdgekitError(f"target {name}: the result's accuracy is {accuracy!r}, not a fraction in [0, 1]; nothing "
+                           f"merged, check the runner on the device")
     return result
 
 
@@ -259,9 +312,14 @@ def ssh_failure(name: str, spec: dict, stderr: str) -> str:
     where = f"{spec.get('user') + '@' if spec.get('user') else ''}{spec['host']}:{spec.get('port', 22)}"
     text = stderr.strip().splitlines()[-1] if stderr.strip() else "no message"
     if "Permission denied" in stderr:
-        key = spec.get("key", "your default key")
-        return (f"target {name}: {where} refused the key {key} ({text[:120]}); add {key}.pub to ~/.ssh/authorized_keys "
-                f"there (ssh-copy-id -i {key} {where.rsplit(':', 1)[0]}) or set key: in the target")
+        login = where.rsplit(":", 1)[0]
+        copy = shlex.join(["ssh-copy-id", *(["-i", spec["key"]] if spec.get("key") else []),
+                           *(["-p", str(spec["port"])] if spec.get("port", 22) != 22 else []), login])
+        if spec.get("key"):
+            return (f"target {name}: {where} refused the key {spec['key']} ({text[:120]}); add {spec['key']}.pub to "
+                    f"~/.ssh/authorized_keys there ({copy}) or set key: in the target")
+        return (f"target {name}: {where} refused your default ssh key ({text[:120]}); add your public key to "
+                f"~/.ssh/authorized_keys there ({copy}) or set key: in the target")
     if "Host key verification failed" in stderr or "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
         return (f"target {name}: the host key of {where} does not match known_hosts; if the device was re-installed, "
                 f"remove its old key (ssh-keygen -R {spec['host']})")
@@ -274,12 +332,14 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
     workdir = f"{home}/job"  # replaced on every run; only this folder is ever removed
     timeout = spec.get("timeout_s", 1800)
     python = spec.get("python", "python3")
+    limit = spec.get("connect_timeout", 10) + 30
     check = call(ssh_command(spec, [python, "-c", "import platform; print(platform.machine())"]), name,
-                 "connect", spec.get("connect_timeout", 10) + 30, text=True)
+                 "connect", limit, f"check that {spec['host']} is on and answers ssh (the limit is connect_timeout + 30 "
+                 f"s; raise connect_timeout in the target for a slow link)", text=True)
     if check.returncode == 255:
         raise EdgekitError(ssh_failure(name, spec, check.stderr))
     if check.returncode != 0:
-        raise EdgekitError(f"target {name}: {python} does not run on {spec['host']} ({check.stderr.strip()[-120:]}); "
+        raise EdgekitError(f"target {name}: {python} does not run on {spec['host']} ({tail(check.stderr, 120)}); "
                            f"install python3 there or set python: to its path in the target")
     send = call(ssh_command(spec, f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)} && "
                                   f"tar -C {shlex.quote(workdir)} -xf -"), name, "copy the job", timeout,
@@ -297,7 +357,9 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
     if done.returncode != 0:
         raise EdgekitError(runner_failure(name, done))
     fetched = call(ssh_command(spec, ["cat", f"{workdir}/result.json"]), name, "fetch the result", timeout, text=True)
-    return read_result(name, fetched.stdout if fetched.returncode == 0 else "")
+    if fetched.returncode == 255:
+        raise EdgekitError(ssh_failure(name, spec, fetched.stderr))
+    return read_result(name, fetched.stdout if fetched.returncode == 0 else "", done)
 
 
 def ssh_venv(name: str, spec: dict, home: str, python: str, timeout: int) -> str:
@@ -347,10 +409,12 @@ def adb_benchmark_argv(spec: dict, remote_model: str, meta: dict) -> list:
 def parse_benchmark_model(text: str) -> dict:
     """TFLite benchmark_model's log -> latency (ms; p90 is its p95, an upper bound: the tool prints p5/median/p95),
     load time and peak memory. Raises when the log has no timed run."""
-    runs = [dict(re.findall(r"(\w+)=([\d.e+]+)", line)) for line in text.splitlines() if "count=" in line and "avg=" in line]
-    summary = re.search(r"Inference timings in us: Init: ([\d.e+]+), First inference: ([\d.e+]+), "
-                        r"Warmup \(avg\): ([\d.e+]+), Inference \(avg\): ([\d.e+]+)", text)
-    if not runs or not summary:
+    number = r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w.])"  # a malformed line (count=abc) is no timed run
+    runs = [dict(re.findall(r"(\w+)=" + number, line)) for line in text.splitlines() if "count=" in line]
+    runs = [r for r in runs if "count" in r and "avg" in r]
+    summary = re.search(r"Inference timings in us: Init: {0}, First inference: {0}, Warmup \(avg\): {0}, "
+                        r"Inference \(avg\): {0}".format(number), text)
+    if not runs or not summary or float(summary.group(4)) <= 0:
         raise ValueError("no 'Inference timings in us' line")
     timed = {k: float(v) / 1e3 for k, v in runs[-1].items() if k != "count"}
     peak = re.search(r"Overall peak memory footprint \(MB\) via periodic monitoring: ([\d.]+)", text) \
@@ -369,21 +433,32 @@ def parse_benchmark_model(text: str) -> dict:
             "runtime": "tflite benchmark_model", "complete": True}
 
 
+def adb_step(name: str, spec: dict, args: list, what: str, timeout: int = 30):
+    """One adb step that must succeed: a failure stops the bench, naming the step and what the device said."""
+    done = call(adb_base(spec) + args, name, what, timeout, f"check that the device answers (adb -s {spec['serial']} "
+                "shell true)" if timeout == 30 else "raise timeout_s in the target", text=True)
+    if done.returncode != 0:
+        raise EdgekitError(f"target {name}: {what} on {spec['serial']} failed with exit code {done.returncode} "
+                           f"({tail(done.stderr + ' ' + done.stdout, 160)}); check free space and the workdir there")
+    return done
+
+
 def run_adb(name: str, spec: dict, job: Path) -> dict:
-    workdir = spec.get("workdir", "/data/local/tmp/edgekit-bench") + "/job"
+    workdir = spec.get("workdir", "/data/local/tmp/edgekit-bench") + "/job"  # replaced on every run, as over ssh
     timeout = spec.get("timeout_s", 1800)
-    state = call(adb_base(spec) + ["get-state"], name, "talk to the device", 30, text=True)
+    state = call(adb_base(spec) + ["get-state"], name, "talk to the device", 30,
+                 f"check that the device answers (adb -s {spec['serial']} shell true)", text=True)
     if state.returncode != 0 or state.stdout.strip() != "device":
-        raise EdgekitError(f"target {name}: no device {spec['serial']} ({(state.stderr or state.stdout).strip()[:120]}); "
+        raise EdgekitError(f"target {name}: no device {spec['serial']} ({tail(state.stderr or state.stdout, 120)}); "
                            f"connect it, allow USB debugging and check `adb devices`")
     python = spec.get("python", "python3")
     has_python = call(adb_base(spec) + ["shell", shlex.join(["command", "-v", python])], name, "look for Python",
-                      30, text=True).stdout.strip()
-    call(adb_base(spec) + ["shell", shlex.join(["mkdir", "-p", workdir])], name, "make the work folder", 30)
+                      30, f"check that the device answers (adb -s {spec['serial']} shell true)",
+                      text=True).stdout.strip()
+    adb_step(name, spec, ["shell", f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)}"],
+             "cleaning the work folder")  # never a result or a model left by an earlier bench
     if has_python:
-        pushed = call(adb_base(spec) + ["push", f"{job}/.", workdir], name, "push the job", timeout, text=True)
-        if pushed.returncode != 0:
-            raise EdgekitError(f"target {name}: adb push failed ({pushed.stderr.strip()[-120:]}); check free space")
+        adb_step(name, spec, ["push", f"{job}/.", workdir], "adb push of the job", timeout)
         command = f"cd {shlex.quote(workdir)} && {shlex.quote(python)} -m device_bench " + \
             shlex.join(runner_args(spec, workdir))
         done = call(adb_base(spec) + ["shell", command], name, "run the benchmark", timeout, text=True)
@@ -391,23 +466,27 @@ def run_adb(name: str, spec: dict, job: Path) -> dict:
             raise EdgekitError(runner_failure(name, done))
         fetched = call(adb_base(spec) + ["exec-out", shlex.join(["cat", f"{workdir}/result.json"])], name,
                        "fetch the result", timeout, text=True)
-        return read_result(name, fetched.stdout)
+        return read_result(name, fetched.stdout if fetched.returncode == 0 else "", done)
     if spec["_format"] != "tflite":
         raise EdgekitError(f"target {name}: no {python} on {spec['serial']}, and benchmark_model runs only .tflite "
                            f"files; give --model a .tflite file, or install Python there (Termux) with the runner's "
                            f"packages")
     meta = json.loads((job / "model" / "model.json").read_text())
     remote_model = f"{workdir}/{Path(spec['_model']).name}"
-    call(adb_base(spec) + ["push", str(job / spec["_model"]), remote_model], name, "push the model", timeout)
+    adb_step(name, spec, ["push", str(job / spec["_model"]), remote_model], "adb push of the model", timeout)
     done = call(adb_benchmark_argv(spec, remote_model, meta), name, "run benchmark_model", timeout, text=True)
-    if done.returncode != 0 and "not found" in (done.stdout + done.stderr):
+    printed = done.stdout + done.stderr
+    if done.returncode != 0 and "not found" in printed:
         raise EdgekitError(f"target {name}: {spec.get('benchmark_model', '/data/local/tmp/benchmark_model')} is not on "
                            f"the device; push TFLite's benchmark_model binary there (docs/device_bench.md says how)")
+    if done.returncode != 0:
+        raise EdgekitError(f"target {name}: benchmark_model crashed with exit code {done.returncode} "
+                           f"({tail(printed, 160)}); run it by hand with the same flags")
     try:
-        result = parse_benchmark_model(done.stdout + done.stderr)
+        result = parse_benchmark_model(printed)
     except ValueError:
-        raise EdgekitError(f"target {name}: benchmark_model gave no timings "
-                           f"({(done.stderr or done.stdout).strip()[-160:]}); run it by hand with the same flags")
+        raise EdgekitError(f"target {name}: benchmark_model gave no timings ({tail(printed, 160)}); run it by hand "
+                           f"with the same flags")
     return {**result, "format": "tflite", "model": Path(spec["_model"]).name,
             "note": "benchmark_model: random token ids, no tokenization, no accuracy"}
 
@@ -488,7 +567,7 @@ def qemu_root_dir(spec: dict) -> tuple:
 
 
 def run_step(argv: list, what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or "no message").splitlines()[-1]
         raise EdgekitError(f"target qemu-arm64: {what} failed ({last[:200]}); the root was not kept, run again")
@@ -560,6 +639,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
             kind = spec["kind"]
             result = {"local": run_local, "ssh": run_ssh, "adb": run_adb}[kind](target, spec, job) if kind != "qemu-arm64" \
                 else run_qemu(target, spec, job, progress)
+            check_result(target, result, spec)
         except EdgekitError as e:
             merge(run, target, {"kind": spec["kind"], "model": str(path.relative_to(run)) if path.is_relative_to(run)
                                 else str(path), "complete": False, "error": str(e), "at": time.time()})
@@ -588,14 +668,26 @@ def merge(run: Path, target: str, entry: dict) -> None:
 
 
 def summary(target: str, entry: dict) -> str:
+    """What was measured, in a few lines: only what the result holds (benchmark_model has no accuracy nor CPU)."""
     m, r = entry["metrics"], entry["result"]
     lat = r["latency_ms"]
-    head = (f"target {target} ({entry['kind']}{', emulated' if entry['emulated'] else ''}): {r.get('runtime')} "
-            f"{r.get('runtime_version', '')} on {r.get('machine', '?')} {r.get('cpu', '')}"
-            f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}, {r.get('threads', '?')} thread(s)")
-    rows = [head, f"  size {m.get('size_mb')} MB, load {r.get('load_s')} s, latency p50/p90/p99 "
-                  f"{lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms at {r.get('seq_len', '?')} tokens, "
-                  f"peak RSS {m.get('peak_rss_mb')} MB, throughput "
-                  f"{', '.join(f'{v:g}/s at {k}' for k, v in (r.get('throughput') or {}).items()).replace('_', ' ')}",
-            f"  accuracy {m.get('accuracy')} on {r.get('examples', 0)} sentences (retained {m.get('accuracy_retained')})"]
+    machine = " ".join(str(r[k]) for k in ("machine", "cpu") if r.get(k))
+    head = (f"target {target} ({entry['kind']}{', emulated' if entry['emulated'] else ''}): {r.get('runtime')}"
+            f"{' ' + r['runtime_version'] if r.get('runtime_version') else ''}{' on ' + machine if machine else ''}"
+            f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}"
+            f"{', ' + str(r['threads']) + ' thread(s)' if r.get('threads') else ''}")
+    parts = [f"size {m['size_mb']} MB" if m.get("size_mb") is not None else "",
+             f"load {r['load_s']} s" if r.get("load_s") is not None else "",
+             f"latency p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"
+             f"{' at ' + str(r['seq_len']) + ' tokens' if r.get('seq_len') else ''}",
+             f"peak RSS {m['peak_rss_mb']} MB" if m.get("peak_rss_mb") is not None else "",
+             "throughput " + ", ".join(f"{v:g}/s at {k}" for k, v in r["throughput"].items()).replace("_", " ")
+             if r.get("throughput") else ""]
+    rows = [head, "  " + ", ".join(p for p in parts if p)]
+    if m.get("accuracy") is not None:
+        retained = m.get("accuracy_retained")
+        rows.append(f"  accuracy {m['accuracy']} on {r.get('examples', '?')} sentences"
+                    f"{'' if retained is None else f' (retained {retained})'}")
+    elif r.get("note"):
+        rows.append(f"  {r['note']}")
     return "\n".join(rows + gate.lines(entry["budgets"]))

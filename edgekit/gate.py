@@ -1,9 +1,12 @@
 """Budgets as a CI gate: check a finished run (or, for size alone, plain model files) against budgets.
 
 Never passes when it could not check: an unreadable or newer manifest, a missing output or a metric the
-run did not measure is an error (exit 1), not a pass. Imports nothing heavy (no torch): it reads files.
+run did not measure is an error (exit 1), not a pass. With --target, a latency or memory budget the device did not
+measure is a failed row ("not measured on NAME"), never the build machine's number; each row says where its number
+is from (on NAME, build machine, file). Imports nothing heavy (no torch): it reads files.
 """
 import json
+import math
 import os
 import re
 import sys
@@ -14,6 +17,7 @@ from edgekit import artifact, recipe as recipes
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
+DEVICE_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "peak_rss_mb")  # only the device can tell
 
 
 def parse_budget(text: str) -> tuple:
@@ -92,13 +96,12 @@ def check(path, budgets: list, target: str = None) -> list:
         raise EdgekitError(f"{run} is missing stage outputs ({missing[0]}"
                            f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}); "
                            f"re-run the recipe to restore them")
-    metrics = dict(manifest["final"]["metrics"])
     targets = {n: d for n, d in (manifest.get("devices") or {}).items() if d.get("complete") is True}
     if target:  # results of `edgekit bench RUN --target NAME`; an incomplete one never counts
         if target not in targets:
             raise EdgekitError(f"{run} has no complete results for target '{target}'; targets with results: "
                                f"{', '.join(targets) or 'none'}; run edgekit bench {run} --target {target}")
-        metrics.update(targets[target].get("metrics", {}))
+    there = targets[target].get("metrics", {}) if target else {}
     if not budgets:
         budgets = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
         if target:  # and the target's own budgets, as edgekit bench checked them
@@ -106,10 +109,9 @@ def check(path, budgets: list, target: str = None) -> list:
         if not budgets:
             raise UsageError("the run's recipe has no budgets; give --max-size-mb, --max-latency-ms-p90, "
                              "--min-accuracy-retained or --budget METRIC<=N")
-    artifacts = {None: (manifest["final"], metrics)}
+    artifacts = {None: (manifest["final"], manifest["final"]["metrics"])}
     if manifest["final"].get("outputs"):  # one artifact per target and format: every one must hold
-        artifacts = {name: (o, {**o["metrics"], **(targets[target].get("metrics", {}) if target else {})})
-                     for name, o in manifest["final"]["outputs"].items()}
+        artifacts = {name: (o, o["metrics"]) for name, o in manifest["final"]["outputs"].items()}
     benched = targets[target].get("model") if target else None
     if benched:  # the device's numbers belong to the model it ran: never mixed with another model's size
         artifacts = {n: a for n, a in artifacts.items() if (run / a[0]["path"]).resolve() == (run / benched).resolve()}
@@ -120,12 +122,26 @@ def check(path, budgets: list, target: str = None) -> list:
     rows = []
     for name, (entry, measured) in artifacts.items():
         path = Path(entry["path"])
-        measured = dict(measured, size_mb=weights_mb(path if path.is_absolute() else run / path))
-        for metric, op, bound in budgets:
-            if not isinstance(measured.get(metric), (int, float)):
+        size = weights_mb(path if path.is_absolute() else run / path)
+        for metric, op, bound in budgets:  # with a target: its numbers, and the row says where each one is from
+            if metric == "size_mb":  # a property of the file: read from it, never trusted from a manifest
+                source, numbers = "file", {"size_mb": size}
+            elif metric in there:
+                if not isinstance(there[metric], (int, float)) or not math.isfinite(there[metric]) or there[metric] < 0:
+                    raise EdgekitError(f"target '{target}' recorded {metric} {there[metric]!r}, not a finite number "
+                                       f">= 0; run edgekit bench {run} --target {target} again")
+                source, numbers = f"on {target}", there
+            elif target and metric in DEVICE_METRICS:  # never this machine's latency or memory in the device's place
+                row = dict(recipes.budget_row(metric, op, bound, None), error=f"not measured on {target}")
+                rows.append(row if name is None else dict(row, artifact=name))
+                continue
+            else:  # accuracy of the same file, from the run's evaluate
+                source, numbers = "build machine", measured
+            if not isinstance(numbers.get(metric), (int, float)):
                 raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
                                    f"accuracy, bench for latency and memory) or drop that budget")
-            row = recipes.budget_row(metric, op, bound, measured[metric], measured.get(f"{metric}_interval"))
+            row = recipes.budget_row(metric, op, bound, numbers[metric], numbers.get(f"{metric}_interval"))
+            row = dict(row, source=source) if target else row
             rows.append(row if name is None else dict(row, artifact=name))
     return rows
 
@@ -143,15 +159,25 @@ def interval_note(ci, bound: float | None = None) -> str:
     return f" (95% interval {ci[0]}-{ci[1]}{inside})"
 
 
+def number(row: dict) -> str:
+    return "-" if row["actual"] is None else f"{row['actual']:g}"
+
+
+def notes(row: dict) -> str:
+    """' (on pi4)', ' (build machine)' or why there is no number, then the interval note."""
+    said = row.get("error") or row.get("source") or ("not measured" if row["actual"] is None else "")
+    return (f" ({said})" if said else "") + interval_note(row.get("interval"), row["target"])
+
+
 def lines(rows: list) -> list:
-    return [f"{label(r):22s} {r['actual']:>10g} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}"
-            f"{interval_note(r.get('interval'), r['target'])}" for r in rows]
+    return [f"{label(r):22s} {number(r):>10} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}{notes(r)}"
+            for r in rows]
 
 
 def markdown(rows: list, title: str) -> str:
     out = [f"### edgekit gate: {title}", "", "| metric | actual | budget | ok |", "|---|---:|---:|---|"]
-    out += [f"| {label(r)} | {r['actual']:g}{interval_note(r.get('interval'), r['target'])} | {r['op']} "
-            f"{r['target']:g} | {'✅' if r['ok'] else '❌'} |" for r in rows]
+    out += [f"| {label(r)} | {number(r)}{notes(r)} | {r['op']} {r['target']:g} | {'✅' if r['ok'] else '❌'} |"
+            for r in rows]
     return "\n".join(out) + "\n"
 
 
@@ -161,8 +187,7 @@ def junit(rows: list, title: str, error: str = None) -> str:
         if error else []
     for r in rows:
         name = quoteattr(f"{label(r)} {r['op']} {r['target']:g}")
-        actual = quoteattr(f"actual {r['actual']:g}{interval_note(r.get('interval'), r['target'])}")
-        body = "" if r["ok"] else f"<failure message={actual}/>"
+        body = "" if r["ok"] else f"<failure message={quoteattr(f'actual {number(r)}{notes(r)}')}/>"
         cases.append(f'  <testcase classname="edgekit.gate" name={name}>{body}</testcase>')
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr("edgekit gate " + title)} '
             f'tests="{len(cases)}" failures="{failures}" errors="{int(bool(error))}">\n' + "\n".join(cases)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from edgekit import cli, devices, pipeline, recipe, testing
-from edgekit.errors import UsageError
+from edgekit.errors import EdgekitError, UsageError
 
 DATA = Path(__file__).parent / "data"
 
@@ -107,6 +107,9 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "local", "batch": 0}, "target t: batch must be >= 1"),
     ({"kind": "local", "threads": 0}, "target t: threads must be >= 1"),  # printed "0 thread(s)"
     ({"kind": "local", "budgets": {"accuracy_retained": ">= 97"}}, "accuracy_retained 97 is not a fraction"),
+    ({"kind": "ssh", "host": "pi", "workdir": ""}, "workdir '' must be an absolute path"),  # was rm -rf /job
+    ({"kind": "ssh", "host": "pi", "workdir": "~/bench"}, "use an absolute path such as /home/pi/edgekit-bench"),
+    ({"kind": "adb", "serial": "R58", "workdir": "bench"}, "workdir 'bench' must be an absolute path"),
 ])
 def test_targets_are_validated(tmp_path, spec, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
@@ -366,3 +369,202 @@ def test_staged_test_split_carries_label_names_the_runner_reads_back(tmp_path, m
         assert {r["label"] for r in csv.DictReader(f)} <= {"1", "2"}
     texts, ids = read_labelled(tmp_path / "job" / "test.csv", ctx.splits.labels, "text", "label")
     assert list(zip(texts, ids)) == [tuple(e) for e in ctx.splits.test]
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", "..", "x..y", "-oops", "pi 4"])
+def test_target_names_that_could_leave_their_folder_are_refused(tmp_path, name):
+    """A name goes into /tmp/edgekit-bench-NAME and the qemu job folder, which are removed."""
+    with pytest.raises(UsageError, match="may hold only letters, digits, '.', '_' and '-'"):
+        devices.load_targets({}, targets_file(tmp_path, {name: {"kind": "local"}}))
+
+
+# ---------------------------------------------------------------- fake ssh and adb: devices that misbehave
+
+FAKE_SSH = """#!{python}
+import subprocess, sys
+mode, command = {mode!r}, sys.argv[-1]
+def out(data, code=0, err=b""):
+    sys.stdout.buffer.write(data); sys.stderr.buffer.write(err); sys.exit(code)
+if mode == "denied":
+    out(b"", 255, b"pi@board: Permission denied (publickey).\\n")
+if mode == "garbage":
+    out(bytes(range(128, 256)), 0, bytes(range(128, 256)))
+if "-m device_bench" in command and mode == "segv":
+    out(b"", 139, b"Segmentation fault\\n")
+if "-m device_bench" in command and mode == "noresult":
+    out(b"all good\\nloaded the model\\n")
+if "-m device_bench" in command and mode.startswith("{{"):
+    out(b"")
+if command.startswith("cat ") and mode.startswith("{{"):
+    out(mode.encode())
+sys.exit(subprocess.run(["sh", "-c", command]).returncode)
+"""
+
+
+def fake_ssh(tmp_path, monkeypatch, mode: str) -> dict:
+    """ssh on PATH that runs the remote command here with sh -c, or plays `mode`; the spec of a target using it."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    path = tmp_path / "bin" / "ssh"
+    path.write_text(FAKE_SSH.format(python=sys.executable, mode=mode))
+    path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{path.parent}{os.pathsep}{os.environ['PATH']}")
+    return {"kind": "ssh", "host": "board", "user": "pi", "python": sys.executable, "workdir": str(tmp_path / "remote"),
+            "runs": 2, "warmup": 0}
+
+
+def bench_error(run, tmp_path, target: str, spec: dict, capsys, *extra) -> str:
+    """The one line `edgekit bench` printed for a failed bench (exit 1); the failure is recorded as incomplete."""
+    file = targets_file(tmp_path, {target: spec})
+    code = cli.main(["bench", str(run), "--target", target, "--targets", str(file), "--quiet", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and err[0].startswith(f"edgekit: error: target {target}: "), err
+    assert manifest(run)["devices"][target]["complete"] is False
+    return err[0]
+
+
+@pytest.mark.parametrize("mode, said, unsaid", [
+    ("denied", "refused your default ssh key", "-i your default key"),  # was an invalid ssh-copy-id command
+    ("segv", "the benchmark runner crashed with exit code 139 (Segmentation fault)", None),  # was just the signal
+    ("noresult", "the runner printed: all good loaded the model", "run again with -v"),  # -v did not show it
+    ("garbage", "no readable result.json", None),  # was a UnicodeDecodeError traceback
+])
+def test_ssh_device_failures_are_one_line_that_says_what_to_do(run, tmp_path, monkeypatch, capsys, mode, said, unsaid):
+    line = bench_error(run, tmp_path, "pi", fake_ssh(tmp_path, monkeypatch, mode), capsys)
+    assert said in line and (unsaid is None or unsaid not in line), line
+    if mode == "denied":
+        assert "(ssh-copy-id pi@board)" in line
+
+
+def test_a_hanging_connection_names_the_setting_that_limits_it(tmp_path, monkeypatch):
+    def hang(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+
+    monkeypatch.setattr(devices.subprocess, "run", hang)
+    with pytest.raises(EdgekitError) as e:
+        devices.run_ssh("pi", {"kind": "ssh", "host": "board", "connect_timeout": 2}, tmp_path)
+    assert "connect took longer than 32 s" in str(e.value) and "connect_timeout" in str(e.value)
+    assert "timeout_s" not in str(e.value)  # which does not limit it
+
+
+@pytest.mark.parametrize("result, field", [
+    ({"latency_ms": {"p50": float("nan"), "p90": 1, "p99": 1}}, "latency_ms.p50 is nan"),
+    ({"latency_ms": {"p50": 1, "p90": -1, "p99": 1}}, "latency_ms.p90 is -1"),
+    ({"latency_ms": {"p50": 1, "p90": 1, "p99": float("inf")}}, "latency_ms.p99 is inf"),
+    ({"latency_ms": {"p50": "fast", "p90": None, "p99": 1}}, "latency_ms.p50 is 'fast'"),
+    ({"latency_ms": {"p50": 1}}, "latency_ms is {'p50': 1}, not p50, p90 and p99"),
+    ({"size_mb": -3}, "size_mb is -3"),
+    ({"peak_rss_mb": "lots"}, "peak_rss_mb is 'lots'"),
+    ({"throughput": {"batch_1": float("nan")}}, "throughput.batch_1 is nan"),
+    ({"accuracy": 7}, "accuracy is 7, not a fraction in [0, 1]"),
+    ({"accuracy": float("nan")}, "accuracy is nan"),
+    ({"model": "model.tflite", "format": "tflite"}, "the result is for model 'model.tflite', not the 'model.onnx' sent"),
+])
+def test_device_results_that_no_device_measures_are_refused(result, field):
+    good = {"complete": True, "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "accuracy": 0.9, "size_mb": 4.0,
+            "model": "model.onnx", "format": "onnx"}
+    spec = {"_model": "model/model.onnx", "_format": "onnx"}
+    assert devices.check_result("pi", good, spec) == good
+    with pytest.raises(EdgekitError) as e:
+        devices.check_result("pi", {**good, **result}, spec)
+    assert str(e.value).startswith("target pi: the result") and field in str(e.value), str(e.value)
+
+
+def test_a_device_result_with_nonsense_numbers_is_not_merged(run, tmp_path, monkeypatch, capsys):
+    result = '{"complete": true, "latency_ms": {"p50": NaN, "p90": -1, "p99": 1e309}, "accuracy": 7}'
+    line = bench_error(run, tmp_path, "pi", fake_ssh(tmp_path, monkeypatch, result), capsys)
+    assert "the result's latency_ms.p50 is nan, not a finite number >= 0" in line  # was merged, and gate passed
+
+
+DEVICE_ADB = """#!{python}
+import json, os, shutil, subprocess, sys
+mode, (verb, *rest) = {mode!r}, sys.argv[3:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+def out(data, code=0, err=b""):
+    sys.stdout.buffer.write(data); sys.stderr.buffer.write(err); sys.exit(code)
+if mode == "garbage":
+    out(bytes(range(128, 256)), 0, bytes(range(128, 256)))
+if verb == "get-state":
+    out(b"device\\n")
+if verb == "push":
+    if mode == "pushfail":
+        out(b"", 1, b"adb: error: failed to copy 'model.tflite': remote No space left on device\\n")
+    src, dst = rest
+    shutil.copytree(src[:-2], dst, dirs_exist_ok=True) if src.endswith("/.") else shutil.copy(src, dst)
+    out(b"1 file pushed\\n")
+command = rest[0]
+if "-m device_bench" in command and mode == "lost":  # an adb that loses the exit status (before Android 7)
+    out(b"", 0, b"Traceback: MemoryError\\n")
+if "-m device_bench" in command and mode == "stale":
+    with open(command.split("--out ")[1].split()[0], "w") as f:
+        f.write({stale!r})
+    out(b"")
+if "--graph=" in command:
+    if mode == "bm_garbage":
+        out(b"INFO: count=abc avg=xyz\\nINFO: Inference timings in us: Init: 1, First inference: 2, "
+            b"Warmup (avg): 3, Inference (avg): 4\\nSegmentation fault\\n")
+    graph = command.split("--graph=")[1].split()[0]
+    out(open({sample!r}, "rb").read() if os.path.isfile(graph) else b"ERROR: Could not open the model\\n")
+sys.exit(subprocess.run(["sh", "-c", command]).returncode)
+"""
+STALE = json.dumps({"complete": True, "latency_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0}, "model": "model.tflite",
+                    "format": "tflite", "runtime": "ai-edge-litert"})
+
+
+def device_adb(tmp_path, mode: str, python: str = sys.executable) -> dict:
+    """An adb that runs shell commands here with sh -c (the phone's folders are folders here), or plays `mode`."""
+    path = tmp_path / "adb"
+    path.write_text(DEVICE_ADB.format(python=sys.executable, mode=mode, log=str(tmp_path / "adb.log"), stale=STALE,
+                                      sample=str(DATA / "benchmark_model_seq128.txt")))
+    path.chmod(0o755)
+    return {"kind": "adb", "serial": "R58M", "adb": str(path), "python": python, "workdir": str(tmp_path / "phone"),
+            "runs": 2, "warmup": 0}
+
+
+def fake_tflite(run, into: Path) -> Path:
+    """The run's ONNX file dressed as a .tflite with its model.json: benchmark_model is faked, never run."""
+    shutil.copytree(run / "01-export", into)
+    (into / "model.onnx").rename(into / "model.tflite")
+    meta = json.loads((into / "model.json").read_text())
+    (into / "model.json").write_text(json.dumps(dict(meta, format="tflite")))
+    return into / "model.tflite"
+
+
+def test_adb_benchmark_model_never_measures_a_model_left_on_the_phone(run, tmp_path, capsys):
+    model = fake_tflite(run, tmp_path / "lite")
+    spec = device_adb(tmp_path, "pushfail", python="/nonexistent/python3")
+    (tmp_path / "phone" / "job").mkdir(parents=True)
+    shutil.copy(model, tmp_path / "phone" / "job" / "model.tflite")  # an earlier bench's model, maybe another one
+    line = bench_error(run, tmp_path, "phone", spec, capsys, "--model", str(model))  # was exit 0, merged as complete
+    assert "adb push of the model on R58M failed with exit code 1" in line and "No space left on device" in line
+    assert not (tmp_path / "phone" / "job" / "model.tflite").exists()  # the job folder is replaced, as over ssh
+    # a good push: measured and shown with only what benchmark_model tells
+    file = targets_file(tmp_path, {"phone": device_adb(tmp_path, "ok", python="/nonexistent/python3")})
+    assert cli.main(["bench", str(run), "--target", "phone", "--targets", str(file), "--model", str(model),
+                     "--quiet"]) == 0
+    shown = capsys.readouterr().out
+    assert "latency p50/p90/p99 18.774/20.511/22.417 ms" in shown and "random token ids" in shown
+    assert "?" not in shown and "None" not in shown  # said: at ? tokens, on ? , ? thread(s), accuracy None
+
+
+def test_adb_a_malformed_benchmark_model_log_is_one_line(run, tmp_path, capsys):
+    text = "INFO: count=abc avg=xyz\nINFO: Inference timings in us: Init: 1, First inference: 2, Warmup (avg): 3, " \
+           "Inference (avg): 4\n"
+    with pytest.raises(ValueError):  # was KeyError: 'count'
+        devices.parse_benchmark_model(text)
+    model = fake_tflite(run, tmp_path / "lite")
+    line = bench_error(run, tmp_path, "phone", device_adb(tmp_path, "bm_garbage", python="/nonexistent/python3"),
+                       capsys, "--model", str(model))
+    assert "benchmark_model gave no timings" in line and "Segmentation fault" in line
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("lost", "no readable result.json (the runner printed: Traceback: MemoryError)"),
+    ("stale", "the result is for model 'model.tflite', not the 'model.onnx' sent"),
+    ("garbage", "no device R58M"),  # was a UnicodeDecodeError traceback
+])
+def test_adb_an_old_result_on_the_phone_is_never_merged(run, tmp_path, capsys, mode, said):
+    (tmp_path / "phone" / "job").mkdir(parents=True)
+    (tmp_path / "phone" / "job" / "result.json").write_text(STALE.replace("tflite", "onnx"))  # an earlier bench's
+    line = bench_error(run, tmp_path, "phone", device_adb(tmp_path, mode), capsys)  # was merged as this one's
+    assert said in line, line

@@ -173,3 +173,29 @@ def test_a_model_file_or_a_run_in_progress_is_named_as_such(finished, tmp_path):
     (tmp_path / "r" / "01-finetune.partial").mkdir(parents=True)
     with pytest.raises(EdgekitError, match="no manifest.json yet: its first stage is still running or was stopped"):
         gate.load_manifest(tmp_path / "r")
+
+
+def test_a_target_is_gated_on_what_it_measured_and_each_row_says_where_from(finished, capsys):
+    manifest = json.loads((finished / "manifest.json").read_text())
+    manifest["devices"] = {"pi4": {"kind": "ssh", "complete": True, "model": manifest["final"]["path"],
+                                   "metrics": {"accuracy_retained": 0.95}}}  # no latency: as benchmark_model's
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    budgets = [("latency_ms_p90", "<=", 1e6), ("accuracy_retained", ">=", 0.5), ("accuracy", ">=", 0.0),
+               ("size_mb", "<=", 100.0)]
+    rows = gate.check(finished, budgets, target="pi4")
+    latency, retained, accuracy, size = rows  # the latency was this machine's, and passed
+    assert latency["ok"] is False and latency["actual"] is None and latency["error"] == "not measured on pi4"
+    assert (retained["actual"], retained["source"]) == (0.95, "on pi4") and "interval" not in retained
+    assert accuracy["source"] == "build machine" and size["source"] == "file"
+    code = cli.main(["gate", str(finished), "--target", "pi4", "--max-latency-ms-p90", "1000000",
+                     "--min-accuracy-retained", "0.5", "--budget", "accuracy>=0"])
+    out = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert code == 3 and out["latency_ms_p90"].split()[:4] == ["latency_ms_p90", "-", "<=", "1e+06"]
+    assert out["latency_ms_p90"].endswith("OVER (not measured on pi4)")
+    assert out["accuracy_retained"].endswith("ok (on pi4)") and out["accuracy"].endswith("ok (build machine)")
+    assert gate.markdown(rows, "t").count("not measured on pi4") == 1 and "not measured on pi4" in gate.junit(rows, "t")
+    assert gate.lines(gate.check(finished, [("latency_ms_p90", "<=", 1e6)]))[0].endswith(" ok")  # no target: as before
+    manifest["devices"]["pi4"]["metrics"]["latency_ms_p90"] = -1  # recorded before results were checked
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(EdgekitError, match="target 'pi4' recorded latency_ms_p90 -1, not a finite number >= 0"):
+        gate.check(finished, budgets, target="pi4")
