@@ -3,13 +3,26 @@ Exit codes: EXIT_CODES below. Errors are one line; -v shows the traceback."""
 import argparse
 import errno
 import os
+import signal
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 from edgekit.errors import EdgekitError, UsageError
 
 OVER_BUDGET = 3
-EXIT_CODES = "exit codes: 0 ok, 1 error, 2 wrong command line or recipe, 3 over budget, 130 interrupted"
+EXIT_CODES = ("exit codes: 0 ok, 1 error, 2 wrong command line or recipe, 3 over budget, 130 interrupted (Ctrl-C), "
+              "143 terminated (SIGTERM)")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (CI cancelling a job, docker stop, systemd) ends a run as Ctrl-C does: temp files go, the message says
+    what resumes, exit 143."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 def main(argv=None) -> int:
@@ -18,26 +31,31 @@ def main(argv=None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return args.func(args) or 0
     except EdgekitError as e:
-        if args.verbose:
-            raise
+        if args.verbose:  # the traceback, and still the exit code that says what kind of error it was
+            traceback.print_exc()
         _close_bars()
         print(f"edgekit: error{_rank()}: {e}", file=sys.stderr)
         return e.code
     except OSError as e:  # full disk, read-only folder, vanished file: say which and what to do
         if args.verbose:
-            raise
+            traceback.print_exc()
         _close_bars()
         print(f"edgekit: error{_rank()}: {os_problem(e)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _close_bars()
         resumes = args.command in ("compress", "sweep")  # finished stages are kept; the rest start over
-        print(f"edgekit: interrupted{'; run the same command again to resume' if resumes else ''}", file=sys.stderr)
-        return 130
+        what = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"edgekit: {what}{'; run the same command again to resume' if resumes else ''}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         _leave_process_group()
 
 
@@ -298,6 +316,8 @@ def cmd_recipes(args) -> int:
             raise UsageError("recipes show needs a NAME; see `edgekit recipes`")
         print(recipe.find(args.name).read_text(), end="")
         return 0
+    if args.name is not None:
+        raise UsageError(f"recipes list takes no name (got {args.name!r}); to see one: edgekit recipes show NAME")
     import yaml
 
     for name in recipe.names():
@@ -311,13 +331,18 @@ def cmd_assets(args) -> int:
 
     if args.action == "fetch":
         if args.name not in assets.ASSETS:
-            raise UsageError(f"assets fetch needs a NAME from: {', '.join(assets.ASSETS)}; got {args.name!r}")
+            got = f"; got {args.name!r}" if args.name is not None else ""
+            raise UsageError(f"assets fetch needs a NAME from: {', '.join(assets.ASSETS)}{got}")
         print(assets.path(args.name))
         return 0
+    if args.name is not None:
+        raise UsageError(f"assets list takes no name (got {args.name!r}); to fetch one: edgekit assets fetch NAME")
     print(f"cache: {assets.cache_dir()}" + (" (EDGEKIT_CACHE)" if "EDGEKIT_CACHE" in os.environ else ""))
-    for row in assets.listing():
-        print(f"{row['name']:12s} {row['kind']:8s} {'cached' if row['cached'] else 'not cached':11s} "
-              f"{row['package']:40s} {row['about']}")
+    rows = [(r["name"], r["kind"], "cached" if r["cached"] else "not cached", r["package"], r["about"])
+            for r in assets.listing()]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print(" ".join(f"{v:{w}s}" for v, w in zip(row, widths)) + " " + row[4])
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edgekit import families
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 
 # The published base configurations (as in each model's config.json on the hub), written out: no download.
 FAMILY_CONFIGS = {
@@ -82,9 +82,9 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
 def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128) -> list:
     if not specs:
-        raise EdgekitError("compare needs models: asset names, folders, config.json files, or --families")
+        raise UsageError("compare needs models: asset names, folders, config.json files, or --families")
     if not 2 <= seq_len <= 512:
-        raise EdgekitError(f"--seq-len {seq_len}: give a sequence length in [2, 512] (the models' position tables)")
+        raise UsageError(f"--seq-len {seq_len}: give a sequence length in [2, 512] (the models' position tables)")
     data = None
     if data_source:
         from edgekit import data as datasets

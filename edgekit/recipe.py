@@ -36,7 +36,8 @@ def find(name: str) -> Path:
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
-            raise UsageError(f"recipe file {path} not found")
+            shipped = f"; the shipped recipe is named {path.stem} (no .yaml)" if path.stem in names() else ""
+            raise UsageError(f"recipe file {path} not found{shipped}")
         return path
     if (RECIPES / f"{name}.yaml").is_file():
         return RECIPES / f"{name}.yaml"

@@ -46,7 +46,27 @@ def test_runtime_errors_exit_1_and_verbose_shows_the_traceback(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "missing.csv not found" in done.stderr
     assert not (tmp_path / "o").exists()
     verbose = edgekit("-v", *args)
-    assert "Traceback" in verbose.stderr
+    assert "Traceback" in verbose.stderr and verbose.returncode == 1
+    verbose = edgekit("-v", "recipes", "show", "nope")  # a usage error stays exit 2 with -v (was 1: uncaught)
+    assert "Traceback" in verbose.stderr and verbose.returncode == 2 and "edgekit: error: " in verbose.stderr
+
+
+def test_sigterm_ends_a_run_like_ctrl_c_and_says_what_resumes(model_dir, csv_file, tmp_path):
+    import signal
+    import time
+
+    recipe = tmp_path / "r.yaml"  # long enough to be stopped inside fine-tuning
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune", "export"))
+                      .replace("{epochs: 4,", "{epochs: 400,", 1))
+    args = [sys.executable, "-m", "edgekit.cli", "compress", "--recipe", str(recipe), "--out", str(tmp_path / "run")]
+    run = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not list((tmp_path / "run").glob("01-finetune.partial/checkpoint*")) and run.poll() is None:
+        time.sleep(0.2)  # waits for the first checkpoint: a test that waits, never one that times
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 143, err  # was -15: no message, no cleanup
+    assert err.rstrip().endswith("edgekit: terminated; run the same command again to resume")
+    assert not list((tmp_path / "run").rglob("*.tmp"))
 
 
 def test_over_budget_exits_3(tiny_recipe, tmp_path, capsys):
@@ -240,3 +260,16 @@ def test_what_was_read_is_told_and_labels_that_look_alike_are_warned_about(model
     assert "data: 150 rows" not in err and "warning: labels 'Pos' and 'pos' differ only in case" in err
     import json  # a final transformers folder (no export) has a size: its size budget was "None OVER BUDGET", exit 3
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["final"]["metrics"]["size_mb"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["assets", "list", "extra"], "assets list takes no name (got 'extra')"),  # was ignored, exit 0
+    (["recipes", "list", "x"], "recipes list takes no name (got 'x')"),
+    (["assets", "fetch"], "assets fetch needs a NAME from: minilm-l6"),  # was "...; got None"
+    (["recipes", "show", "distilbert-int8.yaml"], "the shipped recipe is named distilbert-int8 (no .yaml)"),
+    (["compare", "minilm-l6", "--seq-len", "0"], "--seq-len 0: give a sequence length in [2, 512]"),  # was exit 1
+])
+def test_small_usage_mistakes_exit_2_and_say_what_to_do(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "None" not in err and err.count("\n") == 1
