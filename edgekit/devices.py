@@ -51,6 +51,7 @@ LIMITS = {"threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)", "batc
           "sentences": "[0, inf)", "timeout_s": "[1, inf)", "port": "[1, 65535]", "connect_timeout": "[1, inf)"}
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # hosts, users, serials: never an option, never shell syntax
 RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
+MERGE_WAIT_S = 30  # how long a finished bench waits for the run's lock (another bench merging)
 # what a device's result may hold: every one a finite number >= 0 (accuracy a fraction), or absent
 RESULT_NUMBERS = ("size_mb", "peak_rss_mb", "rss_after_load_mb", "load_s", "first_inference_ms", "mean_ms",
                   "accuracy_retained")
@@ -657,8 +658,10 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
 
 
 def merge(run: Path, target: str, entry: dict) -> None:
-    """Write the entry under devices.<target>, holding the run's lock (a compress of the same run waits)."""
-    held = pipeline.lock(run)
+    """Write the entry under devices.<target>, holding the run's lock: another bench's merge takes a moment, so
+    wait for it; a compress holds it for as long as it runs, and rewrites the manifest when it ends."""
+    held = pipeline.lock(run, wait_s=MERGE_WAIT_S, busy=f"this {'result' if entry.get('complete') else 'failure'} of target "
+                         f"{target} was not saved; run edgekit bench again when it has finished")
     try:
         manifest = json.loads((run / "manifest.json").read_text())
         manifest.setdefault("devices", {})[target] = entry

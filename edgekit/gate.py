@@ -64,8 +64,24 @@ def load_manifest(path: Path) -> tuple:
 
     schemas.validate(manifest, schemas.MANIFEST, str(manifest_path))
     if manifest["status"] == "running" or not manifest.get("final"):
+        if being_written(manifest_path.parent):
+            raise EdgekitError(f"{manifest_path.parent} is being written by an edgekit run now; wait for it to finish")
         raise EdgekitError(f"{manifest_path} is from an unfinished run; run the same compress command to finish it")
     return manifest, manifest_path.parent
+
+
+def being_written(run: Path) -> bool:
+    """Whether a compress (or a bench's merge) holds the run's lock now (edgekit.pipeline.lock)."""
+    import fcntl
+
+    try:
+        with open(run / ".lock") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no lock file: nothing ever ran here with a lock
+        return False
+    return False
 
 
 def check(path, budgets: list, target: str = None) -> list:

@@ -99,13 +99,19 @@ def prepare_out(out: Path) -> None:
         raise EdgekitError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder")
 
 
-def lock(out: Path):
+def lock(out: Path, wait_s: float = 0, busy: str = "wait for it to finish or choose another --out"):
+    """The run folder's lock, held while a run (or a bench's merge) writes it; `wait_s`: how long to wait for it."""
     handle = open(out / ".lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise EdgekitError(f"another edgekit run is writing to {out}; wait for it to finish or choose another --out")
-    return handle
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise EdgekitError(f"another edgekit run is writing to {out}; {busy}")
+            time.sleep(0.2)
 
 
 def log(msg: str, progress: bool) -> None:

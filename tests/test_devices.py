@@ -568,3 +568,24 @@ def test_adb_an_old_result_on_the_phone_is_never_merged(run, tmp_path, capsys, m
     (tmp_path / "phone" / "job" / "result.json").write_text(STALE.replace("tflite", "onnx"))  # an earlier bench's
     line = bench_error(run, tmp_path, "phone", device_adb(tmp_path, mode), capsys)  # was merged as this one's
     assert said in line, line
+
+
+def test_a_run_being_written_is_named_as_such_and_a_bench_says_its_result_was_not_saved(run, tmp_path, capsys,
+                                                                                       monkeypatch):
+    from edgekit import gate
+
+    file = targets_file(tmp_path, {"here": {"kind": "local", "runs": 2, "warmup": 0, "sentences": 4}})
+    monkeypatch.setattr(devices, "MERGE_WAIT_S", 0.5)
+    before = json.loads((run / "manifest.json").read_text())
+    held = pipeline.lock(run)  # as a compress of the same folder holds it while it runs
+    try:  # the merge used to say "another edgekit run is writing" without saying the measurement was lost
+        assert cli.main(["bench", str(run), "--target", "here", "--targets", str(file), "--quiet"]) == 1
+        err = capsys.readouterr().err
+        assert "this result of target here was not saved; run edgekit bench again when it has finished" in err
+        (run / "manifest.json").write_text(json.dumps(dict(before, status="running")))
+        with pytest.raises(EdgekitError, match="is being written by an edgekit run now; wait for it to finish"):
+            gate.load_manifest(run)  # was: "run the same compress command to finish it", which the lock refuses
+    finally:
+        held.close()
+        (run / "manifest.json").write_text(json.dumps(before))
+    assert gate.being_written(run) is False
