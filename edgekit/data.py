@@ -246,9 +246,11 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line, object_pairs_hook=_one_value_per_key)
                 except json.JSONDecodeError as e:
                     raise EdgekitError(f"{path} line {n} is not JSON ({e.msg}); each line must be one JSON object")
+                except KeyError as e:  # json kept the last of a repeated key silently
+                    raise EdgekitError(f"{path} line {n} gives key {e.args[0]!r} twice; give each key once")
                 if not isinstance(record, dict):
                     raise EdgekitError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
                 records.append(record)
@@ -271,6 +273,13 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")
     return rows, len(records)
+
+
+def _one_value_per_key(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise KeyError(next(k for k in keys if keys.count(k) > 1))
+    return dict(pairs)
 
 
 def _check_columns(path: Path, columns: list, used: tuple) -> None:

@@ -184,3 +184,10 @@ def test_describe_a_named_dataset(tmp_path, monkeypatch):
     assert data.describe(s).endswith("; classes: negative 20, positive 20") and data.warnings(s) == []
     bare = data.Splits(s.train, s.validation, s.test, s.labels, s.source)  # built without a record: counted
     assert data.describe(bare) == data.describe(s)
+
+
+def test_a_jsonl_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "good film", "label": "pos"}\n{"text": "bad", "label": "neg", "label": "pos"}\n')
+    with pytest.raises(EdgekitError, match="d.jsonl line 2 gives key 'label' twice; give each key once"):
+        data.load(str(path))
