@@ -467,9 +467,9 @@ def _local_config(spec: str):
     """The config of a model on disk (a folder or a fetched asset), None if it is not there yet."""
     from transformers import AutoConfig
 
-    if assets.is_asset(spec):
-        path = assets.cache_dir() / spec
-        return AutoConfig.from_pretrained(path) if (path / assets.READY).is_file() else None
+    if assets.is_asset(spec):  # fetched already: a dry run fetches nothing
+        return AutoConfig.from_pretrained(assets.path(spec)) if (assets.cache_dir() / spec / assets.READY).is_file() \
+            else None
     path = Path(spec).expanduser()
     return AutoConfig.from_pretrained(resolve_model(spec).path) if path.exists() else None
 
