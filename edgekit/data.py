@@ -34,9 +34,10 @@ class Splits:
     # "splits": {split: rows before max_train / max_eval}, "classes": {label: rows in all splits}}
     stats: dict = field(default_factory=dict, compare=False)
 
-    def fingerprint(self) -> str:
-        h = hashlib.sha256(json.dumps([self.labels, self.train, self.validation, self.test]).encode())
-        return h.hexdigest()[:16]
+    def fingerprint(self, evaluation: bool = True) -> str:
+        """Of the labels and the training split, and (`evaluation`) the validation and test splits too."""
+        parts = [self.labels, self.train] + ([self.validation, self.test] if evaluation else [])
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 LIMITS = {"max_train": "[0, inf)", "max_eval": "[0, inf)"}  # 0: every row (edgekit.recipe.outside)

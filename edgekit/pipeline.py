@@ -221,13 +221,10 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         if team and not set(recipe["stages"][i - 1:]) & set(DISTRIBUTED):
             team.release()  # no training left for the other ranks
         settings = recipe.get(name) or {}
-        key = hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, manifest["data"]["fingerprint"],
-                                         recipe["seed"], recipe["max_length"], edgekit.__version__]
-                                        + ([recipe["targets"]] if name in ("export", "quantize") else [])
-                                        + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else []),
-                                        sort_keys=True, default=str).encode()).hexdigest()
+        key, legacy = (stage_key(name, settings, input_print, teacher_print, splits, recipe, legacy=flag)
+                       for flag in (False, True))
         stage_dir = out / f"{i:02d}-{name}"
-        entry = reusable(previous, i - 1, name, key, out)
+        entry = reusable(previous, i - 1, name, (key, legacy), out)
         if not entry and shared:
             entry = from_shared(shared, key, stage_dir)
             if entry:  # same key: same input content; paths are this run's own
@@ -238,14 +235,14 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                         o["path"] = entry["input"]["outputs"][name_]["path"]
         if entry:
             log(f"[{i}/{len(recipe['stages'])}] {name}: unchanged, reused {stage_dir.name}", progress)
-            entry["reused"] = True
+            entry["reused"], entry["key"] = True, key
             artifact = Artifact.from_json(entry["output"], out)
         else:
             log(f"[{i}/{len(recipe['stages'])}] {name}", progress)
             started = time.time()
             artifact_in = artifact
             artifact = run_stage(name, artifact, stage_dir, key, ctx, settings,
-                                 team if name in DISTRIBUTED else None)
+                                 team if name in DISTRIBUTED else None, legacy)
             entry = {"name": name, "key": key, "input": artifact_in.to_json(out), "output": artifact.to_json(out),
                      "seconds": round(time.time() - started, 2), "metrics": artifact.metrics,
                      "files": {str(p.relative_to(out)): assets.sha256_file(p)
@@ -285,12 +282,12 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
 
 
 def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Context, settings: dict,
-              team: Team = None) -> Artifact:
+              team: Team = None, legacy: str = "") -> Artifact:
     """Run one stage in `NN-name.partial`, renamed to `NN-name` only when it finished; with `team` (torchrun)
-    the other ranks run it too."""
+    the other ranks run it too. `legacy`: the same stage's key as edgekit made it before (stage_key)."""
     partial = stage_dir.with_name(stage_dir.name + ".partial")
-    if partial.exists() and (partial / ".key").is_file() and (partial / ".key").read_text() == key:
-        pass  # same stage, same inputs: a stopped run resumes from its checkpoint here
+    if partial.exists() and (partial / ".key").is_file() and (partial / ".key").read_text() in (key, legacy or key):
+        (partial / ".key").write_text(key)  # same stage, same inputs: a stopped run resumes from its checkpoint here
     else:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
@@ -337,12 +334,34 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def reusable(previous: dict, index: int, name: str, key: str, out: Path):
+TRAINING = ("finetune", "distill", "prune")  # they learn from the training split alone
+RESUME_ONLY = ("checkpoint_every",)  # how often a stage saves, not what it makes
+
+
+def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, splits: data.Splits, recipe: dict,
+              legacy: bool = False) -> str:
+    """What a stage's output depends on. A training stage keys on the training split only (plus the evaluation
+    texts, which a transfer set leaves out) and not on its resume-only settings, so `data.max_eval` or
+    `checkpoint_every` redo no training. `legacy`: the key runs made before 2026-12-06 stored (every split, every
+    setting), still accepted so that those runs are not retrained once for nothing."""
+    if legacy or name not in TRAINING:
+        data_print = splits.fingerprint()
+    else:
+        data_print = splits.fingerprint(evaluation=bool(settings.get("transfer")))
+        settings = {k: v for k, v in settings.items() if k not in RESUME_ONLY}
+    return hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, data_print, recipe["seed"],
+                                      recipe["max_length"], edgekit.__version__]
+                                     + ([recipe["targets"]] if name in ("export", "quantize") else [])
+                                     + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else []),
+                                     sort_keys=True, default=str).encode()).hexdigest()
+
+
+def reusable(previous: dict, index: int, name: str, keys: tuple, out: Path):
     entries = previous.get("stages") or []
     if index >= len(entries):
         return None
     entry = entries[index]
-    if entry.get("name") != name or entry.get("key") != key:
+    if entry.get("name") != name or entry.get("key") not in keys:
         return None
     for rel, sha in entry.get("files", {}).items():
         path = out / rel

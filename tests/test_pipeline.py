@@ -69,6 +69,20 @@ def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_
     assert "devices" not in changed  # another model: the old device numbers are not its
 
 
+def test_evaluation_only_and_resume_only_changes_redo_no_training(tiny_recipe, tmp_path, monkeypatch):
+    out, key = tmp_path / "run", pipeline.stage_key
+    monkeypatch.setattr(pipeline, "stage_key", lambda *a, legacy=False: key(*a, legacy=True))
+    run(tiny_recipe, out)  # the keys edgekit stored before 2026-12-06
+    monkeypatch.setattr(pipeline, "stage_key", key)
+    assert all(s["reused"] for s in run(tiny_recipe, out)["stages"])  # such a run is not retrained for nothing
+    again = run(tiny_recipe, out, "distill.checkpoint_every=7", "finetune.checkpoint_every=3")
+    assert all(s["reused"] for s in again["stages"])  # how often a stage saves is not what it makes
+    fewer = run(tiny_recipe, out, "data.max_eval=10")  # was: every stage again, fine-tuning first
+    assert [s["reused"] for s in fewer["stages"]] == [True, True, False, False, False, False]
+    assert fewer["data"]["sizes"]["test"] == 10 and fewer["final"]["metrics"]["accuracy"] is not None
+    assert [s["reused"] for s in run(tiny_recipe, out, "data.max_train=100")["stages"]][:2] == [False, False]
+
+
 def test_a_different_recipe_into_the_same_folder_removes_the_earlier_recipes_stages(model_dir, csv_file, tmp_path):
     from edgekit import testing
 
