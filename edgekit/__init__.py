@@ -17,8 +17,9 @@ def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = N
     return _compress(recipe, teacher=teacher, data=data, out=out, overrides=overrides, progress=progress)
 
 
-def load(path, threads: int = 0):
-    """A callable model from a transformers folder or an .onnx file: model(texts) -> {labels, probs}."""
+def load(path, threads: int = 0, max_length: int = 0):
+    """A callable model from a transformers folder or an .onnx, .tflite or TorchScript .pt file:
+    model(texts) -> {labels, probs}. `max_length` truncates a transformers folder's inputs (a file has its own)."""
     from edgekit.runtime import load as _load
 
-    return _load(path, threads=threads)
+    return _load(path, threads=threads, max_length=max_length)

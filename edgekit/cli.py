@@ -41,6 +41,9 @@ def main(argv=None) -> int:
         _close_bars()
         print(f"edgekit: error{_rank()}: {e}", file=sys.stderr)
         return e.code
+    except BrokenPipeError:  # `edgekit recipes | head -1`: the reader has gone; nothing to say, nowhere to say it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit fails else
+        return 141
     except OSError as e:  # full disk, read-only folder, vanished file: say which and what to do
         if args.verbose:
             traceback.print_exc()
@@ -120,12 +123,12 @@ def build_parser():
     c.set_defaults(func=cmd_compress)
 
     r = sub.add_parser("recipes", help="list shipped recipes, or `recipes show NAME`")
-    r.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    r.add_argument("action", nargs="?", default="list", help="list (default) or show")
     r.add_argument("name", nargs="?")
     r.set_defaults(func=cmd_recipes)
 
     a = sub.add_parser("assets", help="list offline assets, or `assets fetch NAME`")
-    a.add_argument("action", nargs="?", choices=["list", "fetch"], default="list")
+    a.add_argument("action", nargs="?", default="list", help="list (default) or fetch")
     a.add_argument("name", nargs="?")
     a.set_defaults(func=cmd_assets)
 
@@ -311,6 +314,9 @@ def cmd_sweep(args) -> int:
 def cmd_recipes(args) -> int:
     from edgekit import recipe
 
+    if args.action not in ("list", "show"):
+        hint = f"; to see that recipe: edgekit recipes show {args.action}" if args.action in recipe.names() else ""
+        raise UsageError(f"recipes takes list or show, not {args.action!r}{hint}")
     if args.action == "show":
         if not args.name:
             raise UsageError("recipes show needs a NAME; see `edgekit recipes`")
@@ -329,6 +335,9 @@ def cmd_recipes(args) -> int:
 def cmd_assets(args) -> int:
     from edgekit import assets
 
+    if args.action not in ("list", "fetch"):
+        hint = f"; to fetch that asset: edgekit assets fetch {args.action}" if args.action in assets.ASSETS else ""
+        raise UsageError(f"assets takes list or fetch, not {args.action!r}{hint}")
     if args.action == "fetch":
         if args.name not in assets.ASSETS:
             got = f"; got {args.name!r}" if args.name is not None else ""

@@ -247,13 +247,13 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    record = json.loads(line, object_pairs_hook=_one_value_per_key)
+                    record = json.loads(line, object_pairs_hook=_Record)
                 except json.JSONDecodeError as e:
                     raise EdgekitError(f"{path} line {n} is not JSON ({e.msg}); each line must be one JSON object")
-                except KeyError as e:  # json kept the last of a repeated key silently
-                    raise EdgekitError(f"{path} line {n} gives key {e.args[0]!r} twice; give each key once")
                 if not isinstance(record, dict):
                     raise EdgekitError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
+                if twice := [k for k in used if k in record.repeated]:  # json keeps the last one silently
+                    raise EdgekitError(f"{path} line {n} gives key {twice[0]!r} twice; give each key once")
                 records.append(record)
         if records:
             _check_columns(path, list(records[0]), used)
@@ -276,11 +276,13 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     return rows, len(records)
 
 
-def _one_value_per_key(pairs: list) -> dict:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) < len(keys):
-        raise KeyError(next(k for k in keys if keys.count(k) > 1))
-    return dict(pairs)
+class _Record(dict):
+    """A JSON object that remembers which of its keys came more than once."""
+
+    def __init__(self, pairs: list):
+        super().__init__(pairs)
+        keys = [k for k, _ in pairs]
+        self.repeated = {k for k in keys if keys.count(k) > 1}
 
 
 def _check_columns(path: Path, columns: list, used: tuple) -> None:
@@ -311,6 +313,8 @@ def _csv_records(path: Path, text: str, used: tuple) -> list:
                 _check_columns(path, header, used)
                 needed = 1 + max(header.index(c) for c in used)
                 continue
+            while len(row) > len(header) and not row[-1].strip():  # trailing empty fields shift nothing
+                row = row[:-1]
             if len(row) > len(header):
                 raise EdgekitError(f"{path} line {n} has {len(row)} fields, the header has {len(header)}; "
                                    f"put a text that holds a {sep_name} in double quotes (\"good movie, really\")")

@@ -18,7 +18,8 @@ def hidden_output():
     dropped; if the body fails unexpectedly (not an EdgekitError, which says what is wrong itself, nor Ctrl-C),
     its last `TAIL` characters go to stderr ahead of the traceback, since they may say why."""
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        if stream is not None:  # None where Python started with the descriptor closed (`>&-`)
+            stream.flush()
     try:
         saved = os.dup(1), os.dup(2)
     except OSError:  # a closed descriptor: nothing to hide into, run as is
@@ -41,5 +42,5 @@ def hidden_output():
                 os.close(copy)
             if failed:
                 log.seek(0)
-                if text := log.read().strip():
+                if (text := log.read().strip()) and sys.stderr is not None:
                     sys.stderr.write(text[-TAIL:] + "\n")

@@ -199,9 +199,10 @@ def _check_together(recipe: dict) -> list:
 
     order = recipe["stages"]
     errors = []
-    if "distill" in order and (problem := distill.loss_problem(recipe["distill"]["intermediate_epochs"],
-                                                               {k: recipe["distill"][k] for k in distill.INTERMEDIATE})):
-        errors.append(problem)
+    if "distill" in order:
+        d = recipe["distill"]
+        errors += [p for p in (distill.loss_problem(d["intermediate_epochs"], {k: d[k] for k in distill.INTERMEDIATE}),
+                               distill.student_problem(d["student"], d["student_config"])) if p]
     if "export" not in order:
         return errors
     try:

@@ -273,3 +273,24 @@ def test_small_usage_mistakes_exit_2_and_say_what_to_do(argv, message, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "None" not in err and err.count("\n") == 1
+
+
+def test_regressions_found_by_the_fourth_probe(tmp_path, monkeypatch, capsys, model_dir):
+    from edgekit import native, recipe as recipes
+
+    capsys.readouterr()  # the fixture's own output
+    monkeypatch.setattr(sys, "stdout", None)  # Python started with fd 1 closed (`>&-`): TFLite steps crashed
+    with native.hidden_output():
+        os.write(2, b"hidden\n")
+    monkeypatch.undo()
+    assert capsys.readouterr().err == ""
+    student = str(testing.make_model_dir(tmp_path / "student", layers=2))
+    with pytest.raises(EdgekitError, match="student_config shapes a student made from the teacher"):  # was: after
+        recipes.load("distilbert-int8", [f"distill.student={student}", "distill.student_config={hidden_size: 16}"])
+    import edgekit  # the public load passes max_length on (was a TypeError)
+    assert edgekit.load(model_dir, max_length=8).encode(["good " * 50])["input_ids"].shape[1] == 8
+    assert cli.main(["recipes", "edge-small"]) == 2 and "edgekit recipes show edge-small" in capsys.readouterr().err
+    assert cli.main(["assets", "minilm-l6"]) == 2 and "edgekit assets fetch minilm-l6" in capsys.readouterr().err
+    done = subprocess.run(f"{sys.executable} -m edgekit.cli recipes | head -1", shell=True, capture_output=True,
+                          text=True)  # a fixed test command line, no user input in it
+    assert done.stdout.startswith("distilbert-int8") and done.stderr == ""  # was "cannot read or write: Broken pipe"

@@ -191,3 +191,14 @@ def test_a_jsonl_key_given_twice_is_refused(tmp_path):
     path.write_text('{"text": "good film", "label": "pos"}\n{"text": "bad", "label": "neg", "label": "pos"}\n')
     with pytest.raises(EdgekitError, match="d.jsonl line 2 gives key 'label' twice; give each key once"):
         data.load(str(path))
+
+
+def test_trailing_empty_fields_and_repeated_unused_jsonl_keys_still_load(tmp_path):
+    csv_path = tmp_path / "d.csv"  # a spreadsheet's trailing commas shift no label
+    csv_path.write_text("text,label\n" + "".join(f"film {i} good,pos,\nfilm {i} bad,neg,,\n" for i in range(30)))
+    assert data.load(str(csv_path)).labels == ["neg", "pos"]
+    jsonl = tmp_path / "d.jsonl"  # a repeated key the run never reads, nested or not, is the file's own business
+    jsonl.write_text("".join(f'{{"id": {i}, "id": 0, "meta": {{"t": 1, "t": 2}}, "text": "film {i} '
+                             f'{"good" if i % 2 else "bad"}", "label": "{"pos" if i % 2 else "neg"}"}}\n'
+                             for i in range(60)))
+    assert data.load(str(jsonl)).labels == ["neg", "pos"]

@@ -150,6 +150,14 @@ def eval_texts(ctx) -> list:
     return [t for t, _ in ctx.splits.validation + ctx.splits.test]
 
 
+def student_problem(student: str, student_config: dict | None) -> str:
+    """'' or why a student checkpoint cannot take student_config; edgekit.recipe asks before any stage runs."""
+    if student != "teacher" and student_config:
+        return (f"distill.student_config shapes a student made from the teacher; with student: {student} drop "
+                f"student_config (the checkpoint has its own config)")
+    return ""
+
+
 def student_layers(layers, depth: int, student_config: dict | None) -> list:
     """The source model's layers (of `depth`) the student keeps."""
     keep = {"every_other": list(range(1, depth, 2)), "all": list(range(depth))}.get(layers, layers) \
@@ -169,9 +177,8 @@ def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple
     if student == "teacher":
         source, tok = teacher, t_tok
     else:
-        if student_config:
-            raise EdgekitError("distill.student_config shapes a student made from the teacher; with "
-                               f"student: {student} drop student_config (the checkpoint has its own config)")
+        if problem := student_problem(student, student_config):
+            raise EdgekitError(problem)
         from edgekit.pipeline import resolve_model
 
         path = resolve_model(student).path
