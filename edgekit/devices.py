@@ -18,7 +18,6 @@ values. A failed run is recorded as {"complete": false, "error": ...} and never 
 import csv
 import io
 import json
-import math
 import os
 import re
 import shlex
@@ -281,12 +280,11 @@ def check_result(name: str, result: dict, spec: dict) -> dict:
             items = result[group].items() if isinstance(result[group], dict) else [("", result[group])]
             values.update({f"{group}.{k}".rstrip("."): v for k, v in items})
     for field, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if not recipes.measure(value):
             raise EdgekitError(f"target {name}: the result's {field} is {value!r}, not a finite number >= 0; nothing "
                                f"merged, check the runner on the device")
     accuracy = result.get("accuracy")
-    if accuracy is not None and (isinstance(accuracy, bool) or not isinstance(accuracy, (int, float))
-                                 or not 0 <= accuracy <= 1):
+    if accuracy is not None and not (recipes.measure(accuracy) and accuracy <= 1):
         raise EdgekitError(f"target {name}: the result's accuracy is {accuracy!r}, not a fraction in [0, 1]; nothing "
                            f"merged, check the runner on the device")
     return result
@@ -434,10 +432,16 @@ def parse_benchmark_model(text: str) -> dict:
             "runtime": "tflite benchmark_model", "complete": True}
 
 
-def adb_step(name: str, spec: dict, args: list, what: str, timeout: int = 30):
+def adb_call(name: str, spec: dict, args: list, what: str, timeout: int = 0):
+    """One adb command; a quick step (no `timeout`: 30 s) that hangs means the device does not answer."""
+    fix = "raise timeout_s in the target" if timeout else f"check that the device answers (adb -s {spec['serial']} " \
+        "shell true)"
+    return call(adb_base(spec) + args, name, what, timeout or 30, fix, text=True)
+
+
+def adb_step(name: str, spec: dict, args: list, what: str, timeout: int = 0):
     """One adb step that must succeed: a failure stops the bench, naming the step and what the device said."""
-    done = call(adb_base(spec) + args, name, what, timeout, f"check that the device answers (adb -s {spec['serial']} "
-                "shell true)" if timeout == 30 else "raise timeout_s in the target", text=True)
+    done = adb_call(name, spec, args, what, timeout)
     if done.returncode != 0:
         raise EdgekitError(f"target {name}: {what} on {spec['serial']} failed with exit code {done.returncode} "
                            f"({tail(done.stderr + ' ' + done.stdout, 160)}); check free space and the workdir there")
@@ -447,15 +451,12 @@ def adb_step(name: str, spec: dict, args: list, what: str, timeout: int = 30):
 def run_adb(name: str, spec: dict, job: Path) -> dict:
     workdir = spec.get("workdir", "/data/local/tmp/edgekit-bench") + "/job"  # replaced on every run, as over ssh
     timeout = spec.get("timeout_s", 1800)
-    state = call(adb_base(spec) + ["get-state"], name, "talk to the device", 30,
-                 f"check that the device answers (adb -s {spec['serial']} shell true)", text=True)
+    state = adb_call(name, spec, ["get-state"], "talk to the device")
     if state.returncode != 0 or state.stdout.strip() != "device":
         raise EdgekitError(f"target {name}: no device {spec['serial']} ({tail(state.stderr or state.stdout, 120)}); "
                            f"connect it, allow USB debugging and check `adb devices`")
     python = spec.get("python", "python3")
-    has_python = call(adb_base(spec) + ["shell", shlex.join(["command", "-v", python])], name, "look for Python",
-                      30, f"check that the device answers (adb -s {spec['serial']} shell true)",
-                      text=True).stdout.strip()
+    has_python = adb_call(name, spec, ["shell", shlex.join(["command", "-v", python])], "look for Python").stdout.strip()
     adb_step(name, spec, ["shell", f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)}"],
              "cleaning the work folder")  # never a result or a model left by an earlier bench
     if has_python:

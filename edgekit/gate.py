@@ -6,7 +6,6 @@ measure is a failed row ("not measured on NAME"), never the build machine's numb
 is from (on NAME, build machine, file). Imports nothing heavy (no torch): it reads files.
 """
 import json
-import math
 import os
 import re
 import sys
@@ -143,7 +142,7 @@ def check(path, budgets: list, target: str = None) -> list:
             if metric == "size_mb":  # a property of the file: read from it, never trusted from a manifest
                 source, numbers = "file", {"size_mb": size}
             elif metric in there:
-                if not isinstance(there[metric], (int, float)) or not math.isfinite(there[metric]) or there[metric] < 0:
+                if not recipes.measure(there[metric]):
                     raise EdgekitError(f"target '{target}' recorded {metric} {there[metric]!r}, not a finite number "
                                        f">= 0; run edgekit bench {run} --target {target} again")
                 source, numbers = f"on {target}", there

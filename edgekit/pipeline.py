@@ -428,10 +428,8 @@ def check_inputs(recipe: dict):
     student = (recipe.get("distill") or {}).get("student", "teacher") if "distill" in recipe["stages"] else "teacher"
     if student != "teacher" and not assets.is_asset(student) and student.startswith(("/", ".", "~")):
         resolve_model(student)  # a path that is not there, or not a whole model folder
-    spec = recipe["teacher"]
-    local = not assets.is_asset(spec) and Path(spec).expanduser().exists()
-    if local or (assets.is_asset(spec) and (assets.cache_dir() / spec / assets.READY).is_file()):
-        check_shapes(recipe, resolve_model(spec).path)
+    if teacher := on_disk(recipe["teacher"]):
+        check_shapes(recipe, teacher)
     return splits
 
 
@@ -457,7 +455,7 @@ def check_shapes(recipe: dict, teacher: Path) -> None:
         settings = recipe[name]
         if name == "distill":
             student = settings["student"]
-            source = config if student == "teacher" else _local_config(student)
+            source = config if student == "teacher" else (path := on_disk(student)) and AutoConfig.from_pretrained(path)
             if source is None:
                 model = None
                 continue
@@ -482,15 +480,12 @@ def check_shapes(recipe: dict, teacher: Path) -> None:
                 raise UsageError(problem)
 
 
-def _local_config(spec: str):
-    """The config of a model on disk (a folder or a fetched asset), None if it is not there yet."""
-    from transformers import AutoConfig
-
-    if assets.is_asset(spec):  # fetched already: a dry run fetches nothing
-        return AutoConfig.from_pretrained(assets.path(spec)) if (assets.cache_dir() / spec / assets.READY).is_file() \
-            else None
-    path = Path(spec).expanduser()
-    return AutoConfig.from_pretrained(resolve_model(spec).path) if path.exists() else None
+def on_disk(spec: str):
+    """The folder of a model already on disk (a local folder, checked whole, or a fetched asset); None for a hub id
+    or an asset not fetched yet: nothing is fetched."""
+    there = (assets.cache_dir() / spec / assets.READY).is_file() if assets.is_asset(spec) \
+        else Path(spec).expanduser().exists()
+    return resolve_model(spec).path if there else None
 
 
 def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:

@@ -247,9 +247,14 @@ def parse_bound(bound):
     return None
 
 
+def measure(value) -> bool:
+    """Whether `value` is what every metric is: a finite number >= 0 (not a bool, not text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def bound_problem(metric: str, bound: float) -> str:
     """'' for a bound a metric can meet; every metric is a number >= 0, accuracies are fractions."""
-    if not math.isfinite(bound) or bound < 0:
+    if not measure(bound):
         return f"budget {metric} {bound:g}: give a number >= 0"
     if metric in FRACTIONS and bound > 1.5:
         return f"budget {metric} {bound:g} is not a fraction: 0.97 means 97%; give for example {metric} >= 0.97"
