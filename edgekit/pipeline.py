@@ -57,6 +57,9 @@ def resolve_model(spec: str) -> Artifact:
             raise EdgekitError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the model's "
                                f"tokenizer into it (tokenizer.save_pretrained(folder))")
         return Artifact(path.resolve(), "hf")
+    if looks_local(spec):  # a path, not a hub id: asking the hub would only hide the typo
+        raise UsageError(f"model '{spec}': no such folder ({path.absolute()}); give a transformers model folder, "
+                         f"a model asset ({', '.join(model_assets())}) or a hub id (org/name)")
     try:
         from huggingface_hub import snapshot_download
 
@@ -64,6 +67,12 @@ def resolve_model(spec: str) -> Artifact:
     except Exception as e:
         raise EdgekitError(f"model '{spec}' is not an asset or a local folder, and the model hub could not provide it "
                            f"({type(e).__name__}); offline model assets: {', '.join(model_assets())}")
+
+
+def looks_local(spec: str) -> bool:
+    """A model spec that can only mean a path on this machine (hub ids are `name` or `org/name`)."""
+    return spec.startswith(("/", "./", "../", "~", "\\")) or spec in (".", "..") or "\\" in spec \
+        or spec.count("/") > 1 or (len(spec) > 1 and spec[1] == ":")
 
 
 def _has(folder: Path, *patterns) -> bool:
@@ -119,9 +128,10 @@ def log(msg: str, progress: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> dict:
+def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, warn: bool = True) -> dict:
     """Run a recipe into `out`; returns the manifest (None on a rank > 0 under torchrun: rank 0 holds it).
-    `shared`: a folder of finished stages, by key, that several runs draw on (sweeps)."""
+    `shared`: a folder of finished stages, by key, that several runs draw on (sweeps); `warn`: say what looks wrong
+    in the data (a sweep says it once, before its points)."""
     from edgekit import training
 
     out = Path(out).resolve()
@@ -132,12 +142,14 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None) -> 
     try:
         splits = data.load(seed=recipe["seed"], **recipe["data"])
         source = resolve_model(recipe["teacher"])
+        check_student(recipe)
         check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
             check_labels(source, splits.labels, recipe["teacher"])
         prepare_out(out)
         held = lock(out)
-        tell_data(splits, progress)  # after the checks: a refused run says one line
+        if warn:
+            tell_data(splits, progress)  # after the checks: a refused run says one line
         try:
             return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None, team)
         finally:
@@ -425,12 +437,17 @@ def check_inputs(recipe: dict):
     splits = None
     if recipe["data"]["source"] not in data.DATASETS:  # named datasets are known good; a file may not be
         splits = data.load(seed=recipe["seed"], **recipe["data"])
-    student = (recipe.get("distill") or {}).get("student", "teacher") if "distill" in recipe["stages"] else "teacher"
-    if student != "teacher" and not assets.is_asset(student) and student.startswith(("/", ".", "~")):
-        resolve_model(student)  # a path that is not there, or not a whole model folder
+    check_student(recipe)
     if teacher := on_disk(recipe["teacher"]):
         check_shapes(recipe, teacher)
     return splits
+
+
+def check_student(recipe: dict) -> None:
+    """A distill student given as a path is there and whole (a hub id is tried by its stage)."""
+    student = (recipe.get("distill") or {}).get("student", "teacher") if "distill" in recipe["stages"] else "teacher"
+    if student != "teacher" and not assets.is_asset(student) and looks_local(student):
+        resolve_model(student)
 
 
 def tell_data(splits, progress: bool) -> None:

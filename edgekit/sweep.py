@@ -45,7 +45,8 @@ def run_point(recipe_name: str, point: list, out: str, shared: str) -> dict:
     from edgekit import pipeline
 
     try:
-        return pipeline.run(recipes.load(recipe_name, point), Path(out), progress=False, shared=Path(shared))
+        return pipeline.run(recipes.load(recipe_name, point), Path(out), progress=False, shared=Path(shared),
+                            warn=False)
     except EdgekitError as e:
         return {"status": "failed", "error": str(e), "final": {"metrics": {}}, "stages": []}
 
@@ -67,9 +68,13 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
         raise UsageError(f"--out {out} holds a compress run (manifest.json); give a folder of its own to the sweep")
     from edgekit import pipeline
 
-    points = grid(overrides)
+    points, told = grid(overrides), set()
     for point in points:  # every point is validated before anything runs, against its data and teacher too
-        pipeline.check_inputs(recipes.load(recipe_name, point))
+        recipe = recipes.load(recipe_name, point)
+        splits = pipeline.check_inputs(recipe)
+        if splits and (source := json.dumps(recipe["data"], sort_keys=True)) not in told:
+            told.add(source)  # each data source's warnings once, not once per point
+            pipeline.tell_data(splits, progress)
     out = Path(out).resolve()  # Ray workers may start elsewhere
     shared = out / "shared"
     shared.mkdir(parents=True, exist_ok=True)

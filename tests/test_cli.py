@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -184,7 +185,14 @@ def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_
     code, err = dry(tiny_recipe, f"data.source={tmp_path / 'empty.csv'}")
     assert code == 1 and "empty.csv is empty" in err
     code, err = dry(tiny_recipe, "distill.student=/nonexist")
-    assert code == 1 and "'/nonexist' is not an asset or a local folder" in err
+    assert code == 2 and "model '/nonexist': no such folder (/nonexist)" in err
+    code, err = dry(tiny_recipe, "distill.student=~/nonexist")  # a path: the hub is not asked
+    assert code == 2 and f"no such folder ({Path.home() / 'nonexist'})" in err and "hub could not" not in err
+    out = tmp_path / "real"  # a real run refuses it before the first stage, and writes nothing
+    assert cli.main(["compress", "--recipe", str(tiny_recipe), "--out", str(out), "teacher=./nonexist"]) == 2
+    assert "model './nonexist': no such folder" in capsys.readouterr().err and not out.exists()
+    assert cli.main(["compress", "--recipe", str(tiny_recipe), "--out", str(out), "distill.student=../x"]) == 2
+    assert not out.exists()
     albert = testing.make_model_dir(tmp_path / "albert", family="albert")
     path = tmp_path / "prune.yaml"
     path.write_text(testing.tiny_recipe(albert, testing.make_csv(tmp_path / "d.csv"), ("finetune", "prune", "export")))

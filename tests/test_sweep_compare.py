@@ -145,3 +145,16 @@ def test_compare_cuts_accuracy_inputs_where_it_measures_latency(tmp_path, monkey
     assert seen == [16] and 0 <= rows[0]["accuracy"] <= 1  # the model's own limit is 512
     with pytest.raises(EdgekitError, match="--seq-len 1: give a sequence length in \\[2, 512\\]"):
         compare.run([str(folder)], tmp_path / "cmp", seq_len=1)
+
+
+def test_a_sweep_says_what_looks_wrong_in_its_data_once(model_dir, csv_file, tmp_path, capsys):
+    from edgekit import testing
+
+    rare = tmp_path / "rare.csv"  # one row of a third class: a typo, most likely
+    rare.write_text(csv_file.read_text() + "an odd one out,neh\n")
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, rare, stages=("finetune", "export", "evaluate")))
+    assert cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
+                     "budgets.size_mb=<= 100,<= 90,<= 80"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: class 'neh' has 1 row") == 1, err
