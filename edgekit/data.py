@@ -255,8 +255,8 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                 if twice := [k for k in used if k in record.repeated]:  # json keeps the last one silently
                     raise EdgekitError(f"{path} line {n} gives key {twice[0]!r} twice; give each key once")
                 records.append(record)
-        if records:
-            _check_columns(path, list(records[0]), used)
+        if records:  # a key any record has is a column; a record without it is a row without that value
+            _check_columns(path, list(dict.fromkeys(k for r in records for k in r)), used)
     else:
         records = _csv_records(path, text, used)
     if not records:
@@ -286,9 +286,12 @@ class _Record(dict):
 
 
 def _check_columns(path: Path, columns: list, used: tuple) -> None:
-    for col in used:
+    for col, setting in zip(used, ("text_column", "label_column", "split_column")):  # _read_file's order
         if col not in columns:
-            raise EdgekitError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(str, columns))}; "
+            if near := [c for c in columns if str(c).strip().lower() == col.strip().lower()]:
+                raise EdgekitError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
+                                   f"as '{col}', or set data.{setting} to {near[0]!r}")
+            raise EdgekitError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(repr, columns))}; "
                                f"set data.text_column / data.label_column / data.split_column")
         where = [str(i) for i, c in enumerate(columns, 1) if c == col]
         if len(where) > 1:

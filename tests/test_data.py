@@ -54,7 +54,11 @@ def test_missing_values_are_skipped(tmp_path):
 
 @pytest.mark.parametrize("content, kwargs, message", [
     ("text,label\n", {}, "is empty"),
-    ("words,label\nhello,a\n", {}, "has no column 'text'; columns: words, label"),
+    ("words,label\nhello,a\n", {}, "has no column 'text'; columns: 'words', 'label'"),
+    ("text , Label\nhello,a\n", {}, "has no column 'text' but has 'text '; write the header as 'text', or set "
+                                    "data.text_column to 'text '"),
+    ("text,Label\nhello,a\n", {}, "no column 'label' but has 'Label'; write the header as 'label', or set "
+                                  "data.label_column to 'Label'"),
     ("text,label\n" + "\n".join(f"s{i},a" for i in range(40)), {}, "has one class (a)"),
 ])
 def test_bad_datasets_get_one_clear_line(tmp_path, content, kwargs, message):
@@ -202,3 +206,14 @@ def test_trailing_empty_fields_and_repeated_unused_jsonl_keys_still_load(tmp_pat
                              f'{"good" if i % 2 else "bad"}", "label": "{"pos" if i % 2 else "neg"}"}}\n'
                              for i in range(60)))
     assert data.load(str(jsonl)).labels == ["neg", "pos"]
+
+
+def test_a_jsonl_column_is_any_record_s_key(tmp_path):
+    f = tmp_path / "d.jsonl"  # the first record has no label: it is skipped, as an empty CSV value is
+    rows = [{"text": "unlabelled"}] + [{"text": f"s{i}", "label": "ab"[i % 2]} for i in range(60)]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    splits = data.load(str(f))
+    assert splits.stats["rows"] == 61 and sum(map(len, (splits.train, splits.validation, splits.test))) == 60
+    f.write_text('{"text": "a", "lable": "x"}\n{"text": "b", "note": 1}\n')
+    with pytest.raises(EdgekitError, match="has no column 'label'; columns: 'text', 'lable', 'note'"):
+        data.load(str(f))
