@@ -85,6 +85,8 @@ def test_out_of_range_values_are_refused_before_anything_runs(override, message)
     (["targets=[arm64]", "export.format=auto", "export.buckets=[16, 300]"], "export.buckets [16, 300] must be sequence lengths in [2, max_length=128]"),
     (["targets=[arm64]", "export.format=auto", "export.buckets=[]"], "export.buckets [] must be sequence lengths"),
     (["quantize.weights=uint8", "quantize.mode=static"], "quantize.weights 'uint8' with ONNX mode static: give int8"),
+    (["targets=[arm64]", "export.format=tflite", "quantize.weights=uint8"], "quantize.weights 'uint8' applies to "
+     "ONNX only, and this run exports tflite; leave it out, or add an ONNX target"),
     (["export.format=torchscript", "quantize.mode=fp16"], "quantize.mode fp16 is not offered for torchscript"),
     (["targets=[arm64]", "export.format=auto", "quantize.mode={onnx: static}"], "quantize.mode has no mode for tflite"),
     (["distill.intermediate_epochs=1", "distill.cosine=0"], "distill.intermediate_epochs > 0 needs an intermediate loss"),

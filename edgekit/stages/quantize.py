@@ -111,7 +111,10 @@ def mode_problems(modes: dict, formats: list, weights: str) -> list:
     problems = [f"quantize.mode {'has no mode' if modes.get(f) is None else modes[f] + ' is not offered'} for {f} "
                 f"(offered: {', '.join(OFFERED[f])}); give another mode, or one per format such as "
                 f"{{onnx: static, torchscript: dynamic}}" for f in dict.fromkeys(formats) if modes.get(f) not in OFFERED[f]]
-    if weights == "uint8" and "onnx" in formats and modes.get("onnx") != "dynamic":
+    if weights == "uint8" and "onnx" not in formats:  # it would change nothing, silently
+        problems.append(f"quantize.weights 'uint8' applies to ONNX only, and this run exports "
+                        f"{', '.join(dict.fromkeys(formats))}; leave it out, or add an ONNX target")
+    elif weights == "uint8" and modes.get("onnx") != "dynamic":
         problems.append(f"quantize.weights {weights!r} with ONNX mode {modes.get('onnx')}: give int8, or uint8 "
                         f"with an ONNX export in mode dynamic")
     return problems
