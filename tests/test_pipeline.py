@@ -69,6 +69,18 @@ def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_
     assert "devices" not in changed  # another model: the old device numbers are not its
 
 
+def test_a_moved_run_quantizes_torchscript_again_and_its_sidecars_name_no_build_path(tiny_recipe, tmp_path):
+    import shutil
+
+    first = run(tiny_recipe, tmp_path / "run", "export.format=torchscript")
+    meta = json.loads((tmp_path / "run" / first["final"]["path"]).with_name("model.json").read_text())
+    assert meta["source"] == "../02-distill/model"  # the distilled student, inside the run folder
+    shutil.move(tmp_path / "run", tmp_path / "moved")  # the old path is gone
+    again = run(tiny_recipe, tmp_path / "moved", "export.format=torchscript", "quantize.max_accuracy_drop=0.5")
+    assert [s["reused"] for s in again["stages"]] == [True, True, True, False, False, False]
+    assert again["status"] == "complete" and again["final"]["path"].endswith("model.pt")
+
+
 def test_evaluation_only_and_resume_only_changes_redo_no_training(tiny_recipe, tmp_path, monkeypatch):
     out, key = tmp_path / "run", pipeline.stage_key
     monkeypatch.setattr(pipeline, "stage_key", lambda *a, legacy=False: key(*a, legacy=True))

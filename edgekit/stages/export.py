@@ -60,7 +60,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         folder = out_dir if len(formats) == 1 else out_dir / f
         runs_on = ",".join(t for t in ctx.targets if f in targets.TARGETS[t]["formats"])
         outputs[f] = export_one(model, tokenizer, folder, f, runs_on, exporter, opset, sorted(set(buckets)),
-                                ctx.max_length, str(artifact.path), rewrites)
+                                ctx.max_length, in_run(artifact.path, folder, out_dir.parent), rewrites)
         check = compare(reference, runtime.load(outputs[f].path), ctx.splits.test[:check_sentences])
         outputs[f].metrics.update(check, size_mb=size_mb(outputs[f]))
         if check["label_agreement"] < min_label_agreement:
@@ -103,6 +103,14 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
             "source": source, **extra}  # TorchScript INT8 re-traces it
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
+
+
+def in_run(source: Path, folder: Path, run: Path) -> str:
+    """The exported model's source as model.json keeps it: relative to the file's folder where the source lies in
+    the same run folder (RUN/02-distill/model), so that a moved or copied run still finds it and a deployed sidecar
+    names no build-machine path; absolute where it lies elsewhere (an asset, a teacher folder)."""
+    source = Path(source).resolve()
+    return os.path.relpath(source, folder.resolve()) if source.is_relative_to(run.resolve()) else str(source)
 
 
 def save_tokenizer(tokenizer, path: Path, max_length: int) -> None:

@@ -184,7 +184,7 @@ def quantize_file(source: Path, target: Path, fmt: str, settings: dict, calib: l
         with native.hidden_output():  # ai-edge-quantizer's progress bars and TensorFlow's native log
             tflite_quantize(source, tmp, settings["mode"], calib, meta)
     else:
-        torchscript_quantize(meta, tmp, settings["engine"])
+        torchscript_quantize(source.parent / meta.get("source", ""), tmp, settings["engine"])
     os.replace(tmp, target)
 
 
@@ -384,14 +384,14 @@ def tflite_quantize(source: Path, target: Path, mode: str, calib: list, meta: di
 
 # --- TorchScript ------------------------------------------------------------------------------------------------
 
-def torchscript_quantize(meta: dict, target: Path, engine: str) -> None:
-    """Dynamic INT8 Linear layers and 8-bit embedding rows (torch.ao), traced again for the target's engine."""
+def torchscript_quantize(source: Path, target: Path, engine: str) -> None:
+    """Dynamic INT8 Linear layers and 8-bit embedding rows (torch.ao) of the transformers model at `source`,
+    traced again for the target's engine."""
     import torch
 
     from edgekit import families
     from edgekit.stages.export import to_torchscript
 
-    source = Path(meta.get("source", ""))
     if not (source / "config.json").is_file():
         raise EdgekitError(f"TorchScript INT8 re-traces the transformers model it was exported from, and "
                            f"{source} is gone; run export again")
