@@ -182,4 +182,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from edgekit.cli import script
+
+    sys.exit(script(main))

@@ -95,4 +95,6 @@ def write(out: Path, result: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from edgekit.cli import script
+
+    sys.exit(script(main))

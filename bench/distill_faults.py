@@ -69,4 +69,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from edgekit.cli import script
+
+    sys.exit(script(main))

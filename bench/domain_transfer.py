@@ -26,7 +26,6 @@ import yaml
 
 from edgekit import data, pipeline, runtime
 from edgekit.artifact import write_json, write_text
-from edgekit.errors import EdgekitError
 from edgekit.stages import evaluate
 
 from headline import bits, distinct_finals, kept_interval  # bench/headline.py: the same rows and intervals
@@ -163,7 +162,6 @@ def plot(rows: list, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except EdgekitError as e:  # an unknown --source, a missing asset: one line, as the CLI says it
-        sys.exit(f"error: {e}")
+    from edgekit.cli import script
+
+    sys.exit(script(main))

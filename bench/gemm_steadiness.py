@@ -85,4 +85,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from edgekit.cli import script
+
+    sys.exit(script(main))

@@ -440,4 +440,6 @@ def markdown(result: dict, json_path: Path, plot_name: str = "results-pareto.png
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from edgekit.cli import script
+
+    sys.exit(script(main))

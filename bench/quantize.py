@@ -153,4 +153,6 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from edgekit.cli import script
+
+    sys.exit(script(main))

@@ -274,4 +274,6 @@ def tflite_markdown(rows: list) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from edgekit.cli import script
+
+    sys.exit(script(main))

@@ -106,4 +106,6 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from edgekit.cli import script
+
+    sys.exit(script(main))

@@ -50,7 +50,7 @@ ASSETS = {
     },
     "vader-amazon": {
         "kind": "dataset",
-        "about": "Amazon review snippets with mean human valence (VADER, Hutto & Gilbert 2014), 3,708; sign = label",
+        "about": "Amazon review snippets with mean human valence (VADER, Hutto & Gilbert 2014): 3,708, of which 3,610 not neutral; sign = label",
         "wheels": [("vaderSentiment", "3.3.2", "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9")],
         "sdist": "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz",  # an sdist only; a tar inside
         "member": "hutto_ICWSM_2014/amazonReviewSnippets_GroundTruth.txt",

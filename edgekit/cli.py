@@ -9,6 +9,7 @@ import threading
 import traceback
 from pathlib import Path
 
+import edgekit
 from edgekit.errors import EdgekitError, UsageError
 
 OVER_BUDGET = 3
@@ -62,6 +63,23 @@ def main(argv=None) -> int:
         _leave_process_group()
 
 
+def script(main) -> int:
+    """A bench script's main() ended as the CLI ends a command: an EdgekitError as one line and its exit code,
+    Ctrl-C as 130; `sys.exit(script(main))`."""
+    name = Path(sys.argv[0]).name
+    try:
+        code = main()
+        return code if isinstance(code, int) else 0
+    except (EdgekitError, OSError) as e:
+        _close_bars()
+        print(f"{name}: error: {os_problem(e) if isinstance(e, OSError) else e}", file=sys.stderr)
+        return getattr(e, "code", 1)
+    except KeyboardInterrupt:
+        _close_bars()
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+
+
 def os_problem(e: OSError) -> str:
     """What went wrong with a file, and what to do, by the error's kind."""
     where = f" {e.filename}" if e.filename else ""
@@ -108,6 +126,7 @@ def build_parser():
     p = argparse.ArgumentParser(prog="edgekit", description="Compress BERT-family text classifiers for edge devices.",
                                 epilog=EXIT_CODES)
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"edgekit {edgekit.__version__}")
     sub = p.add_subparsers(dest="command")
 
     c = sub.add_parser("compress", help="run a recipe end to end")
@@ -209,7 +228,7 @@ def cmd_compress(args) -> int:
 
 
 def summary(manifest: dict) -> str:
-    from edgekit import gate
+    from edgekit import gate, report
 
     def fmt(v, spec):
         return "" if v is None else format(v, spec)
@@ -217,8 +236,7 @@ def summary(manifest: dict) -> str:
     rows = ["| stage | seconds | params | size MB | accuracy | latency p50 ms |", "|---|---:|---:|---:|---:|---:|"]
     for s in manifest["stages"]:
         m = s["metrics"]
-        params = "" if not m.get("params") else f"{m['params'] / 1e6:.1f}M" if m["params"] >= 1e5 else \
-            f"{m['params'] / 1e3:.0f}k"  # tiny models read 0.0M
+        params = report.params_text(m["params"]) if m.get("params") else ""
         seconds = f"{s['seconds']:.0f}" + (" (reused)" if s.get("reused") else "")
         rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.1f')} | "
                     f"{fmt(m.get('accuracy'), '.4f')} | {fmt(m.get('latency_ms_p50'), '.2f')} |")
@@ -278,9 +296,8 @@ def cmd_bench(args) -> int:
 def cmd_report(args) -> int:
     from edgekit import report
 
-    first = Path(args.runs[0])
-    first = first.parent if first.suffix == ".json" else first  # a run folder or its manifest.json
-    out = Path(args.out) if args.out else (first / "report" if len(args.runs) == 1 else Path("artifacts") / "report")
+    runs = {(Path(r).parent if Path(r).suffix == ".json" else Path(r)).resolve() for r in args.runs}  # each once
+    out = Path(args.out) if args.out else (runs.pop() / "report" if len(runs) == 1 else Path("artifacts") / "report")
     print(report.build(args.runs, out))
     return 0
 

@@ -5,12 +5,13 @@ with random weights: latency, memory and size are real, accuracy is left empty.
 """
 import csv
 import io
-import json
+import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
 from edgekit import families
+from edgekit.artifact import write_json, write_text
 from edgekit.errors import EdgekitError, UsageError
 
 # The published base configurations (as in each model's config.json on the hub), written out: no download.
@@ -47,6 +48,28 @@ def build(spec: str):
     return families.load_model(folder), folder
 
 
+def check(spec: str, seq_len: int) -> None:
+    """What can be told of a spec before anything is measured: that it is there and whole, and takes seq_len."""
+    from transformers import AutoConfig
+
+    if spec in FAMILY_CONFIGS:
+        return
+    path = Path(spec)
+    if path.suffix == ".json" and path.is_file():
+        try:
+            config = AutoConfig.from_pretrained(path)
+        except Exception as e:
+            raise EdgekitError(f"{spec} is not a transformers config ({type(e).__name__}: {e}); give a model's "
+                               f"config.json")
+    else:
+        from edgekit.pipeline import resolve_model
+
+        config = AutoConfig.from_pretrained(resolve_model(spec).path)
+    if seq_len > families.max_tokens(config):
+        raise UsageError(f"--seq-len {seq_len} is longer than {spec} takes ({families.max_tokens(config)} tokens); "
+                         f"lower --seq-len")
+
+
 def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 128) -> dict:
     """One row; latency at `seq_len` tokens, and accuracy with inputs cut there too (as an export would cut them)."""
     import torch
@@ -54,11 +77,12 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
     from edgekit.stages import bench, export, quantize
 
     model, source = build(spec)
-    if seq_len > families.max_tokens(model.config):
-        raise EdgekitError(f"--seq-len {seq_len} is longer than {spec} takes ({families.max_tokens(model.config)} "
-                           f"tokens); lower --seq-len")
-    row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
+    row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)}
     task_model = source is not None and data is not None and families.label_names(model.config) == data.labels
+    if data is not None and not task_model:
+        why = "has random weights" if source is None else \
+            f"predicts {families.label_names(model.config)}, the data's labels are {data.labels}"
+        tqdm.write(f"edgekit: warning: no accuracy for {spec}: it {why}", file=sys.stderr)
     if task_model:  # a model trained for these labels: its accuracy means something
         from edgekit import runtime
         from edgekit.stages.evaluate import accuracy
@@ -69,8 +93,8 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
     ids = torch.randint(5, model.config.vocab_size, (2, 16))
     export.to_onnx(model, (ids, torch.ones_like(ids)), folder / "fp32.onnx")
     quantize.int8_dynamic(folder / "fp32.onnx", folder / "int8.onnx")
-    row["size_fp32_mb"] = round((folder / "fp32.onnx").stat().st_size / 1e6, 1)
-    row["size_int8_mb"] = round((folder / "int8.onnx").stat().st_size / 1e6, 1)
+    row["size_fp32_mb"] = round((folder / "fp32.onnx").stat().st_size / 1e6, 3)
+    row["size_int8_mb"] = round((folder / "int8.onnx").stat().st_size / 1e6, 3)
     common = {"synthetic": model.config.vocab_size, "seq_len": seq_len, "threads": threads}
     fp32 = bench.measure(folder / "fp32.onnx", batch=1, runs=20, warmup=3, **common)
     int8 = bench.measure(folder / "int8.onnx", batch=1, runs=20, warmup=3, **common)
@@ -90,10 +114,17 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
         from edgekit import data as datasets
 
         data = datasets.load(data_source, max_eval=500)
+    for spec in specs:  # a typo in the last model stops the command before the first is measured
+        check(spec, seq_len)
     out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:  # an earlier call's table must not pass for this one's if this one stops
+        (out / name).unlink(missing_ok=True)
     rows = [measure(spec, out / "models", data, threads, seq_len) for spec in tqdm(specs, desc="compare", unit="model")]
-    write(rows, out)
+    write(rows, out, seq_len, threads)
     return rows
+
+
+OUTPUTS = ("compare.md", "compare.csv", "compare.json", "compare.png")
 
 
 def markdown(rows: list) -> str:
@@ -105,18 +136,18 @@ def markdown(rows: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(rows: list, out: Path) -> None:
-    (out / "compare.md").write_text(markdown(rows))
+def write(rows: list, out: Path, seq_len: int = 128, threads: int = 1) -> None:
+    write_text(out / "compare.md", markdown(rows))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows([{c: r.get(c) for c in COLUMNS} for r in rows])
-    (out / "compare.csv").write_text(buf.getvalue())
-    (out / "compare.json").write_text(json.dumps(rows, indent=2))
-    chart(rows, out / "compare.png")
+    write_text(out / "compare.csv", buf.getvalue())
+    write_json(out / "compare.json", rows)
+    chart(rows, out / "compare.png", seq_len, threads)
 
 
-def chart(rows: list, path: Path) -> None:
+def chart(rows: list, path: Path, seq_len: int = 128, threads: int = 1) -> None:
     from edgekit.report import pyplot
 
     plt = pyplot()
@@ -133,7 +164,7 @@ def chart(rows: list, path: Path) -> None:
     right.barh([i - 0.2 for i in y], [r["latency_ms_b1_fp32"] for r in rows], height=0.4, label="FP32")
     right.barh([i + 0.2 for i in y], [r["latency_ms_b1_int8"] for r in rows], height=0.4, label="INT8")
     right.set_yticks(list(y), [""] * len(rows))
-    right.set_xlabel("latency p50, batch 1, seq 128 (ms)")
+    right.set_xlabel(f"latency p50, batch 1, {seq_len} tokens, {threads} thread{'s' if threads != 1 else ''} (ms)")
     right.set_title("latency (ONNX Runtime)")
     right.legend(frameon=False)
     for ax in (left, right):

@@ -85,7 +85,7 @@ def being_written(run: Path) -> bool:
 
 def check(path, budgets: list, target: str = None) -> list:
     """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given."""
-    path = Path(path)
+    path = Path(path).expanduser()
     for metric, _, bound in budgets:
         if problem := recipes.bound_problem(metric, bound):
             raise UsageError(problem)
@@ -95,7 +95,7 @@ def check(path, budgets: list, target: str = None) -> list:
     if not is_run:  # plain model files: only size can be known without running anything
         others = [b for b in budgets if b[0] != "size_mb"]
         if others or not budgets:
-            raise EdgekitError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
+            raise UsageError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
         exported = sorted(p for p in path.rglob("*") if p.suffix in (".onnx", ".tflite", ".pt")) \
             if path.is_dir() else []
         sizes = {str(p.relative_to(path)): weights_mb(p) for p in exported} or {None: weights_mb(path)}  # else one

@@ -47,12 +47,23 @@ def resolve_model(spec: str) -> Artifact:
         if not (path / "config.json").is_file():
             raise EdgekitError(f"{path} is not a transformers model folder (no config.json)")
         try:
-            json.loads((path / "config.json").read_text())
+            config = json.loads((path / "config.json").read_text())
         except (UnicodeDecodeError, ValueError) as e:
             raise EdgekitError(f"{path / 'config.json'} is not valid JSON ({e}); restore it from where the model came")
+        if not isinstance(config, dict) or not config.get("model_type"):
+            raise EdgekitError(f"{path / 'config.json'} names no model_type (bert, roberta, ...); restore it from "
+                               f"where the model came (model.save_pretrained(folder) writes it)")
         if not _has(path, "*.safetensors", "pytorch_model*.bin"):
             raise EdgekitError(f"{path} has no weights (model.safetensors); save the model into it "
                                f"(model.save_pretrained(folder))")
+        for weights in sorted(path.glob("*.safetensors")):  # a cut-short copy fails here, not inside a stage
+            try:
+                from safetensors import safe_open
+
+                with safe_open(str(weights), "pt"):
+                    pass
+            except Exception as e:
+                raise EdgekitError(f"{weights} is damaged or incomplete ({e}); copy or save the model again")
         if not _has(path, *TOKENIZER_FILES):  # transformers would make up a tokenizer of 5 special tokens
             raise EdgekitError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the model's "
                                f"tokenizer into it (tokenizer.save_pretrained(folder))")
@@ -507,6 +518,8 @@ def on_disk(spec: str):
 
 def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list = ()) -> dict:
     """The validated recipe, with --teacher and --data applied as the overrides they are."""
+    if isinstance(overrides, str):  # list("a=1") would be three overrides of one character
+        return recipes.load(recipe, overrides)  # which says so
     extra = list(overrides) + ([f"teacher={teacher}"] if teacher else []) + ([f"data.source={data}"] if data else [])
     return recipes.load(recipe, extra)
 
@@ -514,7 +527,9 @@ def resolve(recipe: str, teacher: str = None, data: str = None, overrides: list 
 def context_of(run: Path, progress: bool = True) -> tuple:
     """(manifest, Context) of a finished run, for benchmarks over it: the same data and seed, the whole test
     split (max_eval dropped), the fine-tuned teacher (or the input model when the recipe had no finetune)."""
-    manifest = json.loads((run / "manifest.json").read_text())
+    from edgekit.gate import load_manifest
+
+    manifest, run = load_manifest(Path(run))  # one line for a folder that is not a finished run
     recipe = manifest["recipe"]
     splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
     teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),

@@ -6,8 +6,11 @@ where the bytes of each model go (embeddings, attention, FFN, other), heads kept
 import base64
 import html
 import json
+import os
+import re
 from pathlib import Path
 
+from edgekit import gate
 from edgekit.artifact import write_text
 from edgekit.gate import load_manifest
 
@@ -67,20 +70,46 @@ def _itemsize(dtype: str) -> int:
     return {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}.get(dtype, 4)
 
 
+def peers_of(run: Path) -> dict:
+    """bench/peers.py's results for the run (peers/peers.json: the teacher, its usual INT8 and edgekit's final file,
+    timed in one interleaved session), each row's `here` being its file where the run lies now; {} when none."""
+    path = run / "peers" / "peers.json"
+    if not path.is_file():
+        return {}
+    result = json.loads(path.read_text())
+    for r in result["rows"]:
+        r["here"] = (run / os.path.relpath(r["path"], result["run"])).resolve()  # the run may have been moved
+    return result
+
+
+def peers_note(name: str, manifest: dict, run: Path) -> str:
+    """One line: which of the run's latencies are from bench/peers.py's session and which from the bench stage."""
+    peers, seq = peers_of(run), manifest["final"]["metrics"].get("bench_seq_len")
+    timed = [os.path.relpath(r["here"], run.resolve()) for r in peers["rows"] if r["model"].startswith("edgekit")]
+    return (f"{name}: latencies of the teacher, its peer and {', '.join(timed) or 'no edgekit file'} are from one "
+            f"bench/peers.py session ({peers['seq_len']} tokens); any other artifact's from the bench stage"
+            f"{f' ({seq} tokens)' if seq else ''}")
+
+
 def points(runs: list, names: list = None) -> list:
-    """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb)."""
+    """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb, split)."""
     out = []
     for (manifest, run), name in zip(runs, names or [run.name for _, run in runs]):
-        final = manifest["final"]
+        final, peers = manifest["final"], peers_of(run)
+        # The teacher and peer latencies come from peers.json's session; the bench stage ran in another one (other
+        # load, maybe another seq_len). So the edgekit file peers.json timed beside them takes peers.json's latency
+        # too: the speed-up read off the plot is then the peers table's.
+        session = {r["here"]: r["latency_ms_p50_128"] for r in peers.get("rows", [])
+                   if r["model"].startswith("edgekit")}
         for a in (final.get("outputs") or {"": final}).values():  # every target's and format's artifact
             m = a["metrics"]
-            if isinstance(m.get("accuracy"), (int, float)) and isinstance(m.get("latency_ms_p50"), (int, float)):
-                out.append((f"{name}: {a['path']}", m["accuracy"], m["latency_ms_p50"], m.get("size_mb") or 0.0))
-        peers = run / "peers" / "peers.json"  # written by bench/peers.py: the teacher and its usual INT8
-        if peers.is_file():
-            for r in json.loads(peers.read_text())["rows"]:
-                if not r["model"].startswith("edgekit"):
-                    out.append((f"{name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"]))
+            latency = session.get((run / a["path"]).resolve(), m.get("latency_ms_p50"))
+            if isinstance(m.get("accuracy"), (int, float)) and isinstance(latency, (int, float)):
+                out.append((f"{name}: {a['path']}", m["accuracy"], latency, m.get("size_mb") or 0.0,
+                            m.get("eval_split", "test")))
+        for r in peers.get("rows", []):  # peers.py scores on the test split
+            if not r["model"].startswith("edgekit"):
+                out.append((f"{name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"], "test"))
     return out
 
 
@@ -109,18 +138,25 @@ def pyplot():
     return plt
 
 
+def splits(pts: list) -> str:
+    """The split the points' accuracy is on: 'test', or 'test / validation' when the runs differ."""
+    return " / ".join(sorted({p[4] for p in pts}))
+
+
 def plot_tradeoff(pts: list, path: Path) -> None:
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     front = sorted(pareto(pts), key=lambda p: p[2])
-    for i, (label, acc, lat, size) in enumerate(pts):
-        ax.scatter(lat, acc, s=max(20.0, size * 8), alpha=0.55, label=f"{i + 1}: {label} ({size:.1f} MB)")
+    biggest = max(p[3] for p in pts) or 1.0
+    for i, (label, acc, lat, size, _) in enumerate(pts):  # area relative to the largest, so small models differ too
+        ax.scatter(lat, acc, s=30 + 600 * size / biggest, alpha=0.55, label=f"{i + 1}: {label} ({size:.1f} MB)")
         ax.annotate(str(i + 1), (lat, acc), textcoords="offset points", xytext=(6, 6), fontsize=9)
-    if front:
-        ax.plot([p[2] for p in front], [p[1] for p in front], "k--", linewidth=1, label="Pareto front")
+    if front:  # ringed points: a front of one point shows too
+        ax.plot([p[2] for p in front], [p[1] for p in front], "k--o", fillstyle="none", linewidth=1,
+                label="Pareto front")
     ax.set_xlabel("latency p50, batch 1 (ms)")
-    ax.set_ylabel("accuracy (test split)")
+    ax.set_ylabel(f"accuracy ({splits(pts)} split)")
     ax.set_title("accuracy against latency (bubble area = size)")
     ax.grid(alpha=0.3)
     ax.margins(0.15)
@@ -181,18 +217,20 @@ def build(run_dirs: list, out: Path) -> Path:
             md.append(f"| {s['name']} | {s['seconds']:.0f}{' (reused)' if s.get('reused') else ''} | "
                       f"{_fmt(m.get('params'), 'M')} | {_fmt(m.get('size_mb'))} | {_fmt(m.get('accuracy'), 'acc')} | "
                       f"{_fmt(m.get('latency_ms_p50'))} | `{s['output']['path']}` |")
-        md += ["", "| budget | actual | ok |", "|---|---:|---|"]
-        md += [f"| {b['metric']} {b['op']} {b['target']:g} | {b['actual']} | {'yes' if b['ok'] else '**no**'} |"
-               for b in manifest["budgets"]]
-        for name, result in (manifest.get("devices") or {}).items():  # edgekit bench RUN --target NAME
+        md += ["", "| budget | actual | ok |", "|---|---:|---|"]  # rows as gate prints them: artifact, interval
+        md += [f"| {gate.label(b)} {b['op']} {b['target']:g} | {gate.number(b)}{gate.notes(b)} | "
+               f"{'yes' if b['ok'] else '**no**'} |" for b in manifest["budgets"]]
+        for target, result in (manifest.get("devices") or {}).items():  # edgekit bench RUN --target NAME
             if result.get("complete") is not True:
-                md += ["", f"Target `{name}`: not complete ({result.get('error', 'no result')})"]
+                md += ["", f"Target `{target}`: not complete ({result.get('error', 'no result')})"]
                 continue
-            md += ["", f"Target `{name}`{' (emulated)' if result.get('emulated') else ''}: "
+            ran = f" ran `{result['model']}`" if result.get("model") else ""
+            md += ["", f"Target `{target}`{' (emulated)' if result.get('emulated') else ''}{ran}: "
                    + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
         heads = next((s["metrics"]["heads_kept"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
         if heads:
-            png = out / f"heads-{name.replace('/', '-')}.png"
+            png = out / f"heads-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.png"  # a markdown link ends at a space
+            png = png.with_stem(f"{png.stem}-{len(images)}") if png in images else png  # `a b` and `a-b`
             plot_heads(heads, png)
             images.append(png)
             md += ["", f"![heads kept per layer]({png.name})"]
@@ -203,36 +241,54 @@ def build(run_dirs: list, out: Path) -> Path:
         images.append(out / "tradeoff.png")
         front = pareto(pts)
         md += ["## Accuracy against latency", "", "![accuracy against latency](tradeoff.png)", "",
-               "| artifact | accuracy | latency p50 ms | size MB | Pareto |", "|---|---:|---:|---:|---|"]
-        md += [f"| {p[0]} | {p[1]:.4f} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |" for p in pts]
+               "| artifact | accuracy | split | latency p50 ms | size MB | Pareto |", "|---|---:|---|---:|---:|---|"]
+        md += [f"| {p[0]} | {p[1]:.4f} | {p[4]} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |"
+               for p in pts]
+        for (manifest, run), name in zip(runs, names):
+            if peers_of(run):
+                md += ["", peers_note(name, manifest, run)]
         md.append("")
     unmeasured = [n for n in names if not any(p[0].startswith(f"{n}: ") for p in pts)]
     if unmeasured:
         md += [f"Not in the accuracy/latency trade-off (no accuracy or no latency; add evaluate and bench stages): "
                f"{', '.join(unmeasured)}", ""]
-    sizes = {}
+    sizes, left_out = {}, {}
     for (manifest, run), name in zip(runs, names):
         for s in manifest["stages"]:
-            path = run / s["output"]["path"]
-            label = f"{name}/{s['output']['path']}"
-            if label not in sizes and (path.suffix == ".onnx" or (path / "model.safetensors").is_file()):
-                sizes[label] = breakdown(path)
+            for o in (s["output"].get("outputs") or {"": s["output"]}).values():  # every target's and format's file
+                path, label = run / o["path"], f"{name}/{o['path']}"
+                if path.suffix == ".onnx" or (path / "model.safetensors").is_file():
+                    sizes[label] = sizes.get(label) or breakdown(path)
+                else:
+                    left_out[label] = True
     if sizes:
         plot_breakdown(sizes, out / "sizes.png")
         images.append(out / "sizes.png")
         md += ["## Size breakdown", "", "![size breakdown](sizes.png)", "",
                "| artifact | " + " | ".join(f"{p} MB" for p in PARTS) + " |", "|---|" + "---:|" * len(PARTS)]
         md += [f"| {k} | " + " | ".join(f"{v[p]:.2f}" for p in PARTS) + " |" for k, v in sizes.items()]
+    if left_out:
+        md += ["", f"Not in the size breakdown (it reads ONNX files and transformers folders): {', '.join(left_out)}"]
     text = "\n".join(md) + "\n"
     write_text(out / "report.md", text)
     write_text(out / "report.html", to_html(text, images))
     return out / "report.md"
 
 
+def params_text(n) -> str:
+    """42k, 1.4M: as compress's summary writes a parameter count (0.0M told nothing for a tiny model)."""
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.0f}k"
+
+
 def _fmt(v, kind: str = "") -> str:
     if not isinstance(v, (int, float)):
         return ""
-    return f"{v / 1e6:.1f}M" if kind == "M" else f"{v:.4f}" if kind == "acc" else f"{v:.2f}"
+    return params_text(v) if kind == "M" else f"{v:.4f}" if kind == "acc" else f"{v:.2f}"
+
+
+def inline_html(text: str) -> str:
+    """Escaped text, `code` marks dropped and **bold** as <b>bold</b>."""
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text).replace("`", ""))
 
 
 def to_html(markdown: str, images: list) -> str:
@@ -243,7 +299,7 @@ def to_html(markdown: str, images: list) -> str:
     def flush():
         if table:
             rows = [r for r in table if not set(r.replace("|", "").strip()) <= set("-: ")]
-            cells = [[html.escape(c.strip()).replace("`", "") for c in r.strip().strip("|").split("|")] for r in rows]
+            cells = [[inline_html(c.strip()) for c in r.strip().strip("|").split("|")] for r in rows]
             head = "".join(f"<th>{c}</th>" for c in cells[0])
             rest = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
             body.append(f"<table><tr>{head}</tr>{rest}</table>")
@@ -261,7 +317,7 @@ def to_html(markdown: str, images: list) -> str:
             alt, src = line[2:].split("](")
             body.append(f'<img alt="{html.escape(alt)}" src="{inline.get(src.rstrip(")"), "")}">')
         elif line.strip():
-            body.append(f"<p>{html.escape(line).replace('`', '')}</p>")
+            body.append(f"<p>{inline_html(line)}</p>")
     flush()
     style = ("body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"

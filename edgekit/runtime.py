@@ -1,7 +1,7 @@
 """load(path) -> a callable model: texts in, labels and probabilities out, the same for every format.
 
-    model = edgekit.load("artifacts/distilbert-int8/05-quantize/model.onnx")
-    model(["a gripping, funny film"])  # {"labels": ["fresh"], "probs": array([[0.08, 0.92]])}
+    model = edgekit.load("artifacts/distilbert-int8/04-quantize/model.onnx")  # or the run folder: its final model
+    model(["a gripping, funny film"])  # {"labels": ["fresh"], "probs": array([[0.92, 0.08]])} (fresh, rotten)
 """
 import json
 from pathlib import Path
@@ -14,12 +14,17 @@ from edgekit.errors import EdgekitError
 
 def load(path, threads: int = 0, max_length: int = 0):
     """A callable model; `max_length` truncates a transformers folder's inputs (an exported file has its own)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")
+    if path.name == "manifest.json" or (path / "manifest.json").is_file():  # a run: its final model
+        path = final_model(path.parent if path.name == "manifest.json" else path)
     if path.is_dir() and (path / "model.onnx").is_file():
         path = path / "model.onnx"
     if path.is_dir() and (path / "config.json").is_file():
+        from edgekit.pipeline import resolve_model
+
+        resolve_model(str(path))  # a whole folder: config, weights that open, tokenizer files
         return HFModel(path, threads, max_length)
     for name in ("model.pt", "model.tflite"):
         if path.is_dir() and (path / name).is_file():
@@ -32,6 +37,17 @@ def load(path, threads: int = 0, max_length: int = 0):
         return TFLiteModel(path, threads)
     raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json), or a .onnx, .tflite or "
                        f"TorchScript .pt file with its model.json")
+
+
+def final_model(run: Path) -> Path:
+    """The final model file of a finished run folder."""
+    try:
+        final = json.loads((run / "manifest.json").read_text()).get("final")
+    except (OSError, ValueError, AttributeError) as e:
+        raise EdgekitError(f"{run / 'manifest.json'} cannot be read ({e}); give the model file itself")
+    if not isinstance(final, dict) or not final.get("path"):
+        raise EdgekitError(f"{run} is a run that has not finished; run it to the end, or give a stage's model file")
+    return run / final["path"]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -10,20 +10,23 @@ import itertools
 import json
 import shutil
 import socket
+import traceback
 from pathlib import Path
 
 from edgekit import recipe as recipes
+from edgekit.artifact import write_json, write_text
 from edgekit.errors import EdgekitError, UsageError
 
 
 def grid(overrides: list) -> list:
-    """['a=1,2', 'b=x'] -> [['a=1', 'b=x'], ['a=2', 'b=x']]; a value in [...] or {...} is never split."""
+    """['a=1,2', 'b=x'] -> [['a=1', 'b=x'], ['a=2', 'b=x']]; commas inside [...] or {...} do not split, so
+    'targets=[x86],[x86,arm64]' sweeps two lists."""
     axes, keys = [], []
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep:
             raise UsageError(f"sweep setting '{item}' must look like key=v1,v2,...")
-        values = [raw] if raw.strip()[:1] in "[{" else [v.strip() for v in raw.split(",")]
+        values = [v.strip() for v in split_top(raw)]
         if any(v == "" for v in values):
             raise UsageError(f"sweep setting '{item}' has an empty value; give key=v1,v2,...")
         if key in keys or len(set(values)) < len(values):  # the last would win: rows would name runs never made
@@ -32,6 +35,17 @@ def grid(overrides: list) -> list:
         keys.append(key)
         axes.append([f"{key}={v}" for v in values])
     return [list(point) for point in itertools.product(*axes)]
+
+
+def split_top(raw: str) -> list:
+    """'1,[2, 3],{a: 4}' -> ['1', '[2, 3]', '{a: 4}']: commas outside brackets and braces."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(raw):
+        depth += (c in "[{") - (c in "]}")
+        if c == "," and depth == 0:
+            parts.append(raw[start:i])
+            start = i + 1
+    return parts + [raw[start:]]
 
 
 def slug(point: list) -> str:
@@ -49,6 +63,10 @@ def run_point(recipe_name: str, point: list, out: str, shared: str) -> dict:
                             warn=False)
     except EdgekitError as e:
         return {"status": "failed", "error": str(e), "final": {"metrics": {}}, "stages": []}
+    except Exception as e:  # a bug or a library's own error: the traceback goes to stderr, the other points run
+        traceback.print_exc()
+        return {"status": "failed", "error": f"unexpected {type(e).__name__}: {e}".replace("\n", " "),
+                "final": {"metrics": {}}, "stages": []}
 
 
 def check_ray(address: str) -> None:
@@ -75,12 +93,15 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
         if splits and (source := json.dumps(recipe["data"], sort_keys=True)) not in told:
             told.add(source)  # each data source's warnings once, not once per point
             pipeline.tell_data(splits, progress)
+    if ray_address:
+        check_ray(ray_address)  # before anything is written
     out = Path(out).resolve()  # Ray workers may start elsewhere
     shared = out / "shared"
     shared.mkdir(parents=True, exist_ok=True)
     dirs = [out / f"{i:02d}-{slug(p)}" for i, p in enumerate(points)]
+    made = earlier_points(out) | {d.name for d in dirs}
+    write_json(out / POINTS, sorted(made))  # what a later sweep into this folder may remove: nothing else
     if ray_address:
-        check_ray(ray_address)
         import ray
 
         ray.init(address=ray_address, log_to_driver=False)
@@ -97,33 +118,59 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
 
         manifests = [run_point(recipe_name, p, str(d), str(shared))
                      for p, d in tqdm(list(zip(points, dirs)), desc="sweep", unit="run", disable=not progress)]
-    for old in sorted(set(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()) - set(dirs)):  # an earlier grid's
-        shutil.rmtree(old)
+    for old in sorted(made - {d.name for d in dirs}):  # an earlier grid's points: not a folder the user put here
+        shutil.rmtree(out / old, ignore_errors=True)
+    write_json(out / POINTS, sorted(d.name for d in dirs))
     return summarize(points, dirs, manifests, out)
 
 
+POINTS = ".sweep-points.json"  # the point folders sweeps made in OUT
+
+
+def earlier_points(out: Path) -> set:
+    """The point folders earlier sweeps into `out` made (sweep.json of sweeps before the list was kept)."""
+    for name, key in ((POINTS, None), ("sweep.json", "run")):
+        try:
+            listed = json.loads((out / name).read_text())
+            names = {str(x[key] if key else x) for x in listed}
+            return {n for n in names if n[:2].isdigit() and n[2:3] == "-" and "/" not in n and "\\" not in n}
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return set()
+
+
 def summarize(points: list, dirs: list, manifests: list, out: Path) -> dict:
+    """One row per point and artifact (a multi-target run has several), with the Pareto front over all of them,
+    as the sweep's report draws it."""
     from edgekit import report
 
     rows = []
     for point, folder, manifest in zip(points, dirs, manifests):
-        m = manifest["final"]["metrics"]
-        rows.append({"run": folder.name, "settings": point, "accuracy": m.get("accuracy"),
-                     "latency_ms_p50": m.get("latency_ms_p50"), "size_mb": m.get("size_mb"),
-                     "reused_stages": sum(bool(s.get("reused")) for s in manifest["stages"]),
-                     "status": manifest["status"], **({"error": manifest["error"]} if "error" in manifest else {})})
-    pts = [(r["run"], r["accuracy"], r["latency_ms_p50"], r["size_mb"]) for r in rows
+        final = manifest["final"]
+        for a in (final.get("outputs") or {"": final}).values():
+            m = a["metrics"]
+            rows.append({"run": folder.name, "artifact": a.get("path"), "settings": point,
+                         "accuracy": m.get("accuracy"), "latency_ms_p50": m.get("latency_ms_p50"),
+                         "size_mb": m.get("size_mb"),
+                         "reused_stages": sum(bool(s.get("reused")) for s in manifest["stages"]),
+                         "status": manifest["status"], **({"error": manifest["error"]} if "error" in manifest else {})})
+    pts = [(i, r["accuracy"], r["latency_ms_p50"], r["size_mb"]) for i, r in enumerate(rows)
            if isinstance(r["accuracy"], (int, float)) and isinstance(r["latency_ms_p50"], (int, float))]
     front = {p[0] for p in report.pareto(pts)}
-    for r in rows:
-        r["pareto"] = r["run"] in front
-    lines = ["| run | settings | status | accuracy | latency p50 ms | size MB | stages reused | Pareto |",
-             "|---|---|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['run']} | {' '.join(r['settings'])} | {r['status']}{': ' + r['error'] if 'error' in r else ''} | "
-              f"{r['accuracy']} | {r['latency_ms_p50']} | {r['size_mb']} | {r['reused_stages']} | "
+    for i, r in enumerate(rows):
+        r["pareto"] = i in front
+
+    def cell(v):
+        return "-" if v is None else v
+
+    lines = ["| run | artifact | settings | status | accuracy | latency p50 ms | size MB | stages reused | Pareto |",
+             "|---|---|---|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['run']} | {cell(r['artifact'])} | {' '.join(r['settings'])} | "
+              f"{r['status']}{': ' + r['error'] if 'error' in r else ''} | {cell(r['accuracy'])} | "
+              f"{cell(r['latency_ms_p50'])} | {cell(r['size_mb'])} | {r['reused_stages']} | "
               f"{'yes' if r['pareto'] else ''} |" for r in rows]
-    (out / "sweep.md").write_text("\n".join(lines) + "\n")
-    (out / "sweep.json").write_text(json.dumps(rows, indent=2))
+    write_text(out / "sweep.md", "\n".join(lines) + "\n")
+    write_json(out / "sweep.json", rows)
     if pts:
-        report.build([str(d) for d, r in zip(dirs, rows) if r["status"] != "failed"], out / "report")
+        report.build([str(d) for d, m in zip(dirs, manifests) if m["status"] != "failed"], out / "report")
     return {"rows": rows, "table": "\n".join(lines)}

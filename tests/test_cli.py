@@ -26,6 +26,23 @@ def test_dry_run_prints_the_resolved_recipe():
     assert "teacher: mpnet-base" in done.stdout and "epochs: 1" in done.stdout
 
 
+def test_version():
+    import edgekit as package
+
+    done = edgekit("--version")
+    assert done.returncode == 0 and done.stdout == f"edgekit {package.__version__}\n"
+
+
+def test_bench_scripts_end_as_commands_do(tmp_path):
+    """A bench script given a folder that is not a finished run says so in one line (was a traceback)."""
+    root = Path(__file__).parent.parent
+    for script in ("peers.py", "roofline.py", "quantize.py"):
+        done = subprocess.run([sys.executable, str(root / "bench" / script), str(tmp_path / "no-run")],
+                              capture_output=True, text=True)
+        assert done.returncode == 1 and done.stderr.startswith(f"{script}: error: ") and "no-run" in done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+
+
 def test_usage_errors_exit_2_with_one_line():
     for args in (["compress", "--recipe", "nope"], ["compress", "--dry-run", "distill.epoch=3"], ["frobnicate"]):
         done = edgekit(*args)
@@ -145,7 +162,7 @@ def test_dry_run_checks_the_data_and_a_local_teacher_folder(tmp_path):
 def test_compare_refuses_a_sequence_longer_than_the_positions(model_dir, tmp_path, capsys):
     code = cli.main(["compare", str(model_dir), "--seq-len", "512", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
-    assert code == 1 and "--seq-len 512 is longer than" in err and "(128 tokens); lower --seq-len" in err
+    assert code == 2 and "--seq-len 512 is longer than" in err and "(128 tokens); lower --seq-len" in err
 
 
 def test_an_error_starts_its_own_line_after_a_progress_bar_and_interrupts_say_what_resumes(monkeypatch, capsys):

@@ -1,8 +1,10 @@
 import json
+import os
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -87,8 +89,14 @@ def test_bad_budgets_and_targets(finished, tmp_path):
     assert gate.parse_budget("peak_rss_mb <= 300") == ("peak_rss_mb", "<=", 300.0)
     with pytest.raises(EdgekitError, match="no complete results for target 'pi4'; targets with results: none"):
         gate.check(finished, [("size_mb", "<=", 1.0)], target="pi4")
-    with pytest.raises(EdgekitError, match="only --max-size-mb can be checked"):
+    with pytest.raises(UsageError, match="only --max-size-mb can be checked"):  # a wrong command line: exit 2
         gate.check(finished / "04-quantize" / "model.onnx", [("accuracy", ">=", 0.5)])
+    home = Path.home() / f"edgekit-gate-test-{os.getpid()}.onnx"  # ~ is expanded, as --teacher's is
+    shutil.copy(finished / "04-quantize" / "model.onnx", home)
+    try:
+        assert gate.check(f"~/{home.name}", [("size_mb", "<=", 100.0)])[0]["ok"]
+    finally:
+        home.unlink()
     with pytest.raises(EdgekitError, match="does not exist"):
         gate.check(tmp_path / "nowhere", [])
     (tmp_path / "bad.json").write_text("{")

@@ -231,6 +231,9 @@ def test_python_api_compress_and_load_agree_across_formats(tiny_recipe, tmp_path
     a, b = onnx(texts), hf(texts)
     assert a["labels"] == b["labels"] and set(a["labels"]) <= {"neg", "pos"}
     assert abs(a["probs"] - b["probs"]).max() < 0.1 and a["probs"].shape == (3, 2)
+    with pytest.raises(EdgekitError, match="overrides must be a list of key=value strings, such as "
+                                           "\\['distill.epochs=1'\\], not one string"):
+        edgekit.compress(str(tiny_recipe), out=tmp_path / "run", overrides="distill.epochs=1")
 
 
 def test_context_of_a_finished_run_reloads_its_data_whole_and_its_teacher(tiny_recipe, tmp_path):

@@ -145,6 +145,12 @@ def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model
     assert onnx.metrics["label_agreement"] == 1.0 and onnx.metrics["max_abs_diff"] < 1e-4
     with pytest.raises(EdgekitError, match="embedding_rank=32: give 1..31"):
         prune.factorize_embedding(families.load_model(model_dir), 32)
+    kept = out.metrics["vocab_kept"]  # fewer word pieces than the rank: one line, not a shape error in the SVD
+    assert kept <= 31
+    with pytest.raises(EdgekitError, match=f"embedding_rank=31: the table keeps only {kept} word pieces .* give less "
+                                           f"than {kept}, or 0"):
+        prune.run(Artifact(model_dir, "hf"), tmp_path / "p2", ctx, heads_keep=0.5, vocab=True, embedding_rank=31,
+                  importance="magnitude", recover_epochs=0.5, lr=1e-3, batch_size=16)
 
 
 def test_more_heads_per_layer_than_the_model_has(model_dir, ctx, tmp_path):  # ranges: tests/test_recipe.py

@@ -1,4 +1,6 @@
+import json
 import re
+import shutil
 
 import pytest
 
@@ -44,6 +46,9 @@ def test_report_of_a_manifest_path_goes_beside_the_run(pruned_run, tmp_path):
     run = shutil.copytree(pruned_run, tmp_path / "run")
     assert cli.main(["report", str(run / "manifest.json")]) == 0  # was "manifest.json/report is in the way"
     assert (run / "report" / "report.md").is_file()
+    (run / "report" / "report.md").unlink()
+    assert cli.main(["report", str(run), f"{run}/", str(run / "manifest.json")]) == 0  # one run, given three ways
+    assert (run / "report" / "report.md").is_file()  # beside it, not in artifacts/report
 
 
 def test_size_breakdown_adds_up_and_shrinks_with_int8(pruned_run):
@@ -77,3 +82,127 @@ def test_parts_are_named_in_the_words_of_the_field():
     assert report.part_of("bert.encoder.layer.0.output.dense.weight") == "ffn"
     assert report.part_of("bert.encoder.layer.0.attention.output.dense.weight") == "attention"
     assert report.part_of("classifier.weight") == "other"
+
+
+def copy_run(run, dest, edit):
+    """A copy of a finished run with its manifest changed by edit(manifest)."""
+    shutil.copytree(run, dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    edit(manifest)
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def benched_locally(heads):
+    def edit(manifest):
+        manifest["devices"] = {"local": {"kind": "local", "complete": True, "model": "04-quantize/model.onnx",
+                                         "metrics": {"latency_ms_p50": 0.2}}}
+        next(s for s in manifest["stages"] if s["name"] == "prune")["metrics"]["heads_kept"] = heads
+    return edit
+
+
+def tradeoff_axes(pts, tmp_path, monkeypatch):
+    """The axes plot_tradeoff drew (plt.close kept from freeing the figure)."""
+    figures = []
+    monkeypatch.setattr(report.pyplot(), "close", figures.append)
+    report.plot_tradeoff(pts, tmp_path / "t.png")
+    return figures[0].axes[0]
+
+
+def test_runs_with_device_results_keep_their_own_heads_plot_under_a_name_markdown_shows(pruned_run, tmp_path):
+    copy_run(pruned_run, tmp_path / "my run", benched_locally([1, 1, 1, 1]))  # both were heads-local.png
+    copy_run(pruned_run, tmp_path / "my-run", benched_locally([3, 3, 3, 3]))
+    report.build([tmp_path / "my run", tmp_path / "my-run"], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "](heads-my-run.png)" in md and "](heads-my-run-1.png)" in md  # was (heads-my run.png): not an image
+    plots = tmp_path / "rep" / "heads-my-run.png", tmp_path / "rep" / "heads-my-run-1.png"
+    assert plots[0].read_bytes() != plots[1].read_bytes()
+
+
+def test_target_line_says_which_model_the_target_ran(pruned_run, tmp_path):
+    report.build([copy_run(pruned_run, tmp_path / "run", benched_locally([2, 2, 2, 2]))], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Target `local` ran `04-quantize/model.onnx`: latency_ms_p50 0.2" in md
+
+
+def test_budget_rows_name_their_artifact_and_interval_as_gate_does(pruned_run, tmp_path):
+    def edit(manifest):
+        manifest["budgets"] = [{"metric": "accuracy_retained", "op": ">=", "target": 0.97, "actual": 0.92, "ok": False,
+                                "interval": [0.8, 1.0], "artifact": "x86-onnx"}]
+    report.build([copy_run(pruned_run, tmp_path / "run", edit)], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| x86-onnx: accuracy_retained >= 0.97 | 0.92 (95% interval 0.8-1.0, bound inside) | **no** |" in md
+
+
+def test_an_unmeasured_budget_says_not_measured(pruned_run, tmp_path):
+    def edit(manifest):
+        manifest["budgets"] = [{"metric": "latency_ms_p90", "op": "<=", "target": 5.0, "actual": None, "ok": False}]
+    report.build([copy_run(pruned_run, tmp_path / "run", edit)], tmp_path / "rep")
+    assert "| latency_ms_p90 <= 5 | - (not measured) | **no** |" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_html_shows_bold_as_bold():
+    page = report.to_html("| budget | ok |\n|---|---|\n| size_mb <= 1 | **no** |\n\nsome **bold** words\n", [])
+    assert "<td><b>no</b></td>" in page and "<p>some <b>bold</b> words</p>" in page and "**" not in page
+
+
+def test_params_of_a_tiny_model_read_as_compress_writes_them(pruned_run, tmp_path):
+    md = (report.build([pruned_run], tmp_path / "rep")).read_text()
+    assert re.search(r"\| finetune \| \d+ \| 42k \|", md) and re.search(r"\| prune \| \d+ \| 25k \|", md)  # was 0.0M
+    assert report.params_text(1_394_002) == "1.4M"
+
+
+def test_accuracy_axis_and_table_say_which_split_each_run_was_scored_on(pruned_run, tmp_path, monkeypatch):
+    copy_run(pruned_run, tmp_path / "val", lambda m: m["final"]["metrics"].update(eval_split="validation"))
+    copy_run(pruned_run, tmp_path / "test", lambda m: None)
+    figures = []
+    monkeypatch.setattr(report.pyplot(), "close", figures.append)
+    md = report.build([tmp_path / "val", tmp_path / "test"], tmp_path / "rep").read_text()
+    ax = next(f.axes[0] for f in figures if f.axes[0].get_title().startswith("accuracy against latency"))
+    assert ax.get_ylabel() == "accuracy (test / validation split)"  # was "accuracy (test split)" whatever the split
+    assert re.search(r"\| val: \S+ \| [\d.]+ \| validation \|", md)
+    assert re.search(r"\| test: \S+ \| [\d.]+ \| test \|", md)
+
+
+def test_the_file_peers_json_timed_takes_its_latency_from_that_session(tmp_path):
+    run = tmp_path / "moved"  # peers.json names the files where the run was when bench/peers.py ran
+    (run / "peers").mkdir(parents=True)
+    rows = [{"model": "teacher FP32 (ONNX Runtime)", "path": "/old/run/peers/teacher-fp32/model.onnx", "accuracy": 1.0,
+             "latency_ms_p50_128": 0.18, "size_mb": 0.25},
+            {"model": "edgekit r final", "path": "/old/run/04-quantize/model.onnx", "accuracy": 1.0,
+             "latency_ms_p50_128": 0.07, "size_mb": 0.08}]
+    (run / "peers" / "peers.json").write_text(json.dumps({"run": "/old/run", "seq_len": 128, "rows": rows}))
+    manifest = {"final": {"path": "04-quantize/model.onnx",
+                          "metrics": {"accuracy": 1.0, "latency_ms_p50": 0.13, "size_mb": 0.08, "bench_seq_len": 32}}}
+    pts = report.points([(manifest, run)], ["run"])
+    assert [p[:3] for p in pts] == [("run: 04-quantize/model.onnx", 1.0, 0.07),  # was the bench stage's 0.13
+                                    ("run: teacher FP32 (ONNX Runtime)", 1.0, 0.18)]
+    note = report.peers_note("run", manifest, run)
+    assert "04-quantize/model.onnx are from one bench/peers.py session (128 tokens)" in note and "(32 tokens)" in note
+
+
+def test_size_breakdown_covers_every_output_and_names_the_ones_it_cannot_read(pruned_run, tmp_path):
+    def edit(manifest):
+        quantize = next(s for s in manifest["stages"] if s["name"] == "quantize")
+        quantize["output"]["outputs"] = {name: {"path": path, "kind": path.rsplit(".", 1)[1]} for name, path in
+                                         (("x86-onnx", "04-quantize/model.onnx"),
+                                          ("arm64-onnx", "04-quantize/arm64-onnx/model.onnx"),
+                                          ("x86-tflite", "04-quantize/x86-tflite/model.tflite"))}
+    run = copy_run(pruned_run, tmp_path / "run", edit)
+    (run / "04-quantize" / "arm64-onnx").mkdir()
+    shutil.copy(run / "04-quantize" / "model.onnx", run / "04-quantize" / "arm64-onnx" / "model.onnx")
+    md = report.build([run], tmp_path / "rep").read_text()
+    assert "| run/04-quantize/arm64-onnx/model.onnx | " in md  # was each stage's first output only
+    assert "Not in the size breakdown (it reads ONNX files and transformers folders): run/04-quantize/x86-tflite/" in md
+
+
+def test_small_models_get_bubbles_of_their_own_size(tmp_path, monkeypatch):
+    pts = [("a", 0.9, 1.0, 1.0, "test"), ("b", 0.8, 2.0, 1.8, "test")]  # both were 20 pt² (max(20, size * 8))
+    small, big = (c.get_sizes()[0] for c in tradeoff_axes(pts, tmp_path, monkeypatch).collections)
+    assert big > 1.5 * small
+
+
+def test_a_pareto_front_of_one_point_is_marked(tmp_path, monkeypatch):
+    pts = [("a", 0.9, 1.0, 1.0, "test"), ("b", 0.8, 2.0, 1.0, "test")]  # a is the whole front: a line needs two
+    (front,) = tradeoff_axes(pts, tmp_path, monkeypatch).lines
+    assert front.get_marker() not in ("", "None", None) and list(front.get_xdata()) == [1.0]

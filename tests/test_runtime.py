@@ -91,6 +91,34 @@ def test_unknown_path_names_what_loads(tmp_path):
         runtime.load(tmp_path / "nothing.onnx")
 
 
+def test_a_damaged_model_folder_is_one_line_not_a_traceback(model_dir, tmp_path):
+    import shutil
+
+    cut = tmp_path / "cut"  # an interrupted copy
+    shutil.copytree(model_dir, cut)
+    (cut / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes()[:20000])
+    with pytest.raises(EdgekitError, match="cut/model.safetensors is damaged or incomplete .*; copy or save the model"):
+        runtime.load(cut)
+    (cut / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes())
+    (cut / "config.json").write_text("{}")
+    with pytest.raises(EdgekitError, match="config.json names no model_type"):
+        runtime.load(cut)
+
+
+def test_a_run_folder_or_its_manifest_loads_the_final_model(tiny_recipe, tmp_path):
+    from edgekit import pipeline, recipe
+
+    run = tmp_path / "run"
+    manifest = pipeline.run(recipe.load(str(tiny_recipe)), run, progress=False)
+    final = runtime.load(run / manifest["final"]["path"])(["a fine film"])
+    for path in (run, run / "manifest.json"):
+        assert np.array_equal(runtime.load(path)(["a fine film"])["probs"], final["probs"])
+    manifest["final"] = None  # as an unfinished run's
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(EdgekitError, match="is a run that has not finished"):
+        runtime.load(run)
+
+
 def test_one_string_is_one_text_and_no_texts_is_no_predictions(exported):
     model = runtime.load(exported.path)
     one, listed = model("a gripping film"), model(["a gripping film"])  # was one prediction per character

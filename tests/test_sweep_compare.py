@@ -147,6 +147,41 @@ def test_compare_cuts_accuracy_inputs_where_it_measures_latency(tmp_path, monkey
         compare.run([str(folder)], tmp_path / "cmp", seq_len=1)
 
 
+def test_compare_checks_every_model_first_and_says_what_it_measured(model_dir, csv_file, tmp_path, capsys,
+                                                                    monkeypatch):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "compare.md").write_text("an earlier call's table")
+    measured = []
+    monkeypatch.setattr(compare, "measure", lambda spec, *a, **k: measured.append(spec))
+    for specs, seq_len, error, message in (
+            ([str(model_dir), str(tmp_path / "typo")], 128, UsageError, "no such folder"),
+            ([str(model_dir)], 200, UsageError, "--seq-len 200 is longer than .* takes \\(128 tokens\\)")):
+        with pytest.raises(error, match=message):
+            compare.run(specs, out, seq_len=seq_len)
+    assert measured == [] and (out / "compare.md").read_text() == "an earlier call's table"  # nothing ran
+    monkeypatch.undo()
+    assert cli.main(["compare", str(model_dir), "--data", str(csv_file), "--seq-len", "16", "--out", str(out)]) == 0
+    assert "warning: no accuracy for " in capsys.readouterr().err  # LABEL_0/LABEL_1 against neg/pos: said, once
+    row = json.loads((out / "compare.json").read_text())[0]
+    assert row["params_m"] > 0 and 0 < row["size_int8_mb"] < row["size_fp32_mb"] < 0.5  # a 0.3 MB model: not 0.0
+    assert "0.0 |" not in (out / "compare.md").read_text().split("\n")[2]
+    out.joinpath("compare.png").unlink()
+    compare.run([str(model_dir)], out, seq_len=16)  # a call that stops would leave no earlier table behind
+    assert (out / "compare.png").is_file()
+
+
+def test_compare_chart_says_the_sequence_length_and_threads(tmp_path, monkeypatch):
+    from edgekit import report
+
+    labels = []
+    plt = report.pyplot()
+    monkeypatch.setattr(plt.Axes, "set_xlabel", lambda ax, text, *a, **k: labels.append(text))
+    row = dict.fromkeys(compare.COLUMNS, 1.0) | {"model": "m"}
+    compare.chart([row], tmp_path / "c.png", seq_len=16, threads=2)
+    assert "latency p50, batch 1, 16 tokens, 2 threads (ms)" in labels
+
+
 def test_a_sweep_says_what_looks_wrong_in_its_data_once(model_dir, csv_file, tmp_path, capsys):
     from edgekit import testing
 
@@ -158,3 +193,49 @@ def test_a_sweep_says_what_looks_wrong_in_its_data_once(model_dir, csv_file, tmp
                      "budgets.size_mb=<= 100,<= 90,<= 80"]) == 0
     err = capsys.readouterr().err
     assert err.count("warning: class 'neh' has 1 row") == 1, err
+
+
+def test_a_sweep_removes_only_the_point_folders_sweeps_made(model_dir, csv_file, tmp_path, monkeypatch):
+    from edgekit import pipeline, testing
+
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("finetune", "export", "evaluate")))
+    out = tmp_path / "sw"
+    (out / "01-baseline").mkdir(parents=True)  # the user's own folders, named like points
+    (out / "02-notes").mkdir()
+    (out / "02-notes" / "todo.txt").write_text("important")
+    real = pipeline.run
+
+    def flaky(recipe, folder, *args, **kwargs):  # a library's own error in one point, not an EdgekitError
+        if recipe["seed"] == 2:
+            raise RuntimeError("boom")
+        return real(recipe, folder, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run", flaky)
+    result = sweep.sweep(str(path), ["seed=1,2,3"], out, progress=False)
+    assert [r["status"] for r in result["rows"]] == ["complete", "failed", "complete"]  # the third still ran
+    assert result["rows"][1]["error"] == "unexpected RuntimeError: boom"
+    sweep.sweep(str(path), ["seed=4"], out, progress=False)  # another grid: the first one's points go
+    names = sorted(p.name for p in out.iterdir() if p.name[:2].isdigit())
+    assert names == ["00-seed=4", "01-baseline", "02-notes"], names
+    assert (out / "02-notes" / "todo.txt").read_text() == "important"
+
+
+def test_a_sweep_has_a_row_per_artifact_and_sweeps_lists(model_dir, csv_file, tmp_path):
+    from edgekit import report, testing
+
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("finetune", "export", "evaluate", "bench")))
+    result = sweep.sweep(str(path), ["export.format=[onnx],[onnx, torchscript]"], tmp_path / "sw", progress=False)
+    rows = result["rows"]
+    assert [(r["run"][:2], r["artifact"].split("/")[1]) for r in rows] == [
+        ("00", "model.onnx"), ("01", "onnx"), ("01", "torchscript")]
+    pts = [(i, r["accuracy"], r["latency_ms_p50"]) for i, r in enumerate(rows)]
+    assert [r["pareto"] for r in rows] == [i in {p[0] for p in report.pareto(pts)} for i in range(3)]
+    assert "| 01-export.format=-onnx--torchscript- | 02-export/torchscript/model.pt |" in result["table"]
+
+
+def test_an_unreachable_ray_cluster_writes_nothing(tiny_recipe, tmp_path):
+    with pytest.raises(EdgekitError, match="cannot reach a Ray cluster"):
+        sweep.sweep(str(tiny_recipe), ["seed=1,2"], tmp_path / "sw", ray_address="127.0.0.1:1", progress=False)
+    assert not (tmp_path / "sw").exists()

@@ -269,10 +269,14 @@ def heads_problem(heads_per_layer: int, heads: int) -> str:
     return ""
 
 
-def rank_problem(rank: int, width: int) -> str:
-    """'' or why the embedding table of this width cannot be factorized at that rank."""
+def rank_problem(rank: int, width: int, rows: int = None) -> str:
+    """'' or why the embedding table of this width (and number of rows, once known) cannot be factorized at that
+    rank."""
     if rank and not 0 < rank < width:
         return f"prune.embedding_rank={rank}: give 1..{width - 1} (the embedding width is {width}), or 0 to keep the full table"
+    if rank and rows is not None and rank >= rows:
+        return (f"prune.embedding_rank={rank}: the table keeps only {rows} word pieces (vocab: true keeps those of the "
+                f"training text), so a rank-{rank} factorization would not be smaller; give less than {rows}, or 0")
     return ""
 
 
@@ -285,7 +289,7 @@ def factorize_embedding(model, rank: int) -> None:
     if embedding.project is not None:
         raise EdgekitError("prune.embedding_rank: this model's embedding is already factorized; leave it out")
     table = embedding.embedding.weight.detach()
-    if problem := rank_problem(rank, table.shape[1]):
+    if problem := rank_problem(rank, table.shape[1], table.shape[0]):
         raise EdgekitError(problem)
     u, s, vh = torch.linalg.svd(table, full_matrices=False)
     rows = torch.nn.Embedding(table.shape[0], rank)
