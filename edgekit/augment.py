@@ -21,8 +21,11 @@ from edgekit import assets
 def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k: int, seed: int,
             progress: bool = True) -> tuple:
     """(augmented [(text, label)] without the originals, how replacements were found: mlm or embedding)."""
-    weights = Path(model_dir) / "model.safetensors"
-    key = hashlib.sha256(json.dumps([assets.sha256_file(weights), examples, copies, p, k, seed]).encode()).hexdigest()
+    folder = Path(model_dir)  # its weights in whichever files it has: safetensors, or pytorch_model*.bin
+    weights = [assets.sha256_file(w) for pattern in ("*.safetensors", "pytorch_model*.bin")
+               for w in sorted(folder.glob(pattern))]
+    weights = weights[0] if len(weights) == 1 else weights  # one file: the key caches made before this had
+    key = hashlib.sha256(json.dumps([weights, examples, copies, p, k, seed]).encode()).hexdigest()
     cache = assets.cache_dir() / "augment" / f"{key[:32]}.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
@@ -72,15 +75,20 @@ def _whole_words(tokenizer) -> list:
 
 
 def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int) -> dict:
-    """word token -> its k nearest whole-word tokens in the model's input embedding matrix (cosine)."""
+    """word token -> its k nearest whole-word tokens in the model's input embedding matrix (cosine). A pruned
+    vocabulary: each id's row through the remap, neighbours among the kept tokens (a kept token has a row of its
+    own; the dropped ones share the unknown token's), nothing for a dropped word (the model reads it as [UNK])."""
     from edgekit import families
 
-    model = families.load_model(model_dir)
-    table = torch.nn.functional.normalize(model.get_input_embeddings().weight.detach().float(), dim=-1)
+    embedding = families.load_model(model_dir).get_input_embeddings()
+    with torch.no_grad():
+        table = torch.nn.functional.normalize(embedding(torch.arange(embedding.num_embeddings)).float(), dim=-1)
+    remap = embedding.remap if isinstance(embedding, families.RemappedEmbedding) else torch.arange(len(table))
+    kept = torch.bincount(remap)[remap] == 1
     vocab = tokenizer.get_vocab()
-    pool = _whole_words(tokenizer)
-    pool_ids = torch.tensor([i for i, _ in pool])
-    asked = sorted(w for w in words if w in vocab)
+    pool = [(i, t) for i, t in _whole_words(tokenizer) if kept[i]]
+    pool_ids = torch.tensor([i for i, _ in pool], dtype=torch.long)
+    asked = sorted(w for w in words if w in vocab and kept[vocab[w]])
     found = {}
     for s in range(0, len(asked), 512):
         chunk = asked[s:s + 512]
@@ -92,12 +100,16 @@ def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int) -> dict
 
 
 def masked_lm(model_dir: Path):
-    """The folder's masked-LM (with its trained head), or None when the folder has no MLM head."""
-    from transformers import AutoModelForMaskedLM
+    """The folder's masked-LM (with its trained head), or None when the folder has no MLM head, or weights a
+    masked-LM of its config cannot load as they are (a model edgekit pruned: a classifier of smaller shapes)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
 
     try:
-        model, info = AutoModelForMaskedLM.from_pretrained(model_dir, output_loading_info=True)
-    except (OSError, ValueError, KeyError):
+        config = AutoConfig.from_pretrained(model_dir)
+        if getattr(config, "edgekit_shapes", None):
+            return None
+        model, info = AutoModelForMaskedLM.from_pretrained(model_dir, config=config, output_loading_info=True)
+    except (OSError, ValueError, KeyError, RuntimeError):
         return None
     head = [k for k in info["missing_keys"] if "embeddings" not in k and "encoder" not in k]
     return None if head else model.eval()

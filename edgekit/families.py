@@ -299,6 +299,10 @@ def student_from_teacher(teacher, keep: list):
     fam = family(teacher.config)
     student = copy.deepcopy(teacher)
     student.config.num_hidden_layers = len(keep)
+    shapes = getattr(student.config, "edgekit_shapes", None)
+    if shapes and "heads" in shapes and not fam.get("shared"):  # a pruned teacher: the kept layers' own shapes
+        student.config.edgekit_shapes = dict(shapes, heads=[shapes["heads"][i] for i in keep],
+                                             ffn=[shapes["ffn"][i] for i in keep])
     if not fam.get("shared"):
         blocks = layers(teacher)
         shared = {id(teacher.config): student.config}  # the copied layers read the student's config (attention kind)
@@ -325,8 +329,10 @@ def student_config(config, overrides: dict, keep: list):
     if [i for i in keep if not 0 <= i < depth] or not keep:
         raise EdgekitError(f"student layers {keep} must be teacher layer indices 0..{depth - 1}")
     config = copy.deepcopy(config)
+    if hasattr(config, "edgekit_shapes"):  # a pruned teacher's shapes: a student of new sizes is built whole
+        del config.edgekit_shapes
     for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
-        setattr(config, k, v)
+        setattr(config, "hidden_dim" if k == "intermediate_size" and hasattr(config, "hidden_dim") else k, v)
     if config.hidden_size % config.num_attention_heads:
         raise EdgekitError(f"student hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
                            f"{config.num_attention_heads}; choose sizes with a whole head width")

@@ -478,6 +478,7 @@ def check_shapes(recipe: dict, teacher: Path) -> None:
     from edgekit.stages import distill, prune
 
     config = AutoConfig.from_pretrained(teacher)
+    check_length(recipe["max_length"], config, f"the teacher {recipe['teacher']}")
     model = config  # the config of the model the next stage gets; None once unknown
     for name in recipe["stages"]:
         settings = recipe[name]
@@ -487,6 +488,8 @@ def check_shapes(recipe: dict, teacher: Path) -> None:
             if source is None:
                 model = None
                 continue
+            if student != "teacher":
+                check_length(recipe["max_length"], source, f"student {student}")
             depth, shape = families.num_layers(source), settings["student_config"]
             layers = settings["layers"]
             if isinstance(layers, list) and not all(0 <= i < depth for i in layers):
@@ -508,11 +511,18 @@ def check_shapes(recipe: dict, teacher: Path) -> None:
                 raise UsageError(problem)
 
 
+def check_length(max_length: int, config, what: str) -> None:
+    """max_length within the model's position table: past it, training fails with an index error mid-run."""
+    if max_length > (most := families.max_tokens(config)):
+        raise UsageError(f"max_length {max_length} is longer than {what} takes ({most} tokens); give max_length "
+                         f"<= {most}")
+
+
 def on_disk(spec: str):
     """The folder of a model already on disk (a local folder, checked whole, or a fetched asset); None for a hub id
-    or an asset not fetched yet: nothing is fetched."""
+    or an asset not fetched yet: nothing is fetched. A path that is not there is refused."""
     there = (assets.cache_dir() / spec / assets.READY).is_file() if assets.is_asset(spec) \
-        else Path(spec).expanduser().exists()
+        else Path(spec).expanduser().exists() or looks_local(spec)  # a path that is not there: resolve_model says so
     return resolve_model(spec).path if there else None
 
 

@@ -4,6 +4,7 @@ against what the values may be: COMMON below, then the stage module's own LIMITS
 import copy
 import inspect
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -50,8 +51,8 @@ def load(name: str, overrides: list = ()) -> dict:
     path = find(name)
     try:
         text = path.read_text(encoding="utf-8")
-        refuse_repeated_keys(yaml.compose(text, Loader=yaml.SafeLoader))
-        recipe = yaml.safe_load(text)
+        refuse_repeated_keys(yaml.compose(text, Loader=Loader))
+        recipe = yaml.load(text, Loader=Loader)
     except UnicodeDecodeError as e:
         raise UsageError(f"recipe {path} is not UTF-8 text (byte {e.start}); save it as UTF-8")
     except yaml.YAMLError as e:
@@ -88,12 +89,22 @@ def yaml_problem(e: yaml.YAMLError) -> str:
     return f"{getattr(e, 'problem', None) or str(e).splitlines()[0]}{where}"
 
 
+class Loader(yaml.SafeLoader):
+    """YAML as PyYAML reads it, except that 1e-4 is a float, as in YAML 1.2 (1.1 needs the dot: 1.0e-4)."""
+
+    yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                             list("-+0123456789"))
+
+
 def apply_override(recipe: dict, item: str) -> None:
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise UsageError(f"override '{item}' must look like key=value, for example distill.epochs=1")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = yaml.load(raw, Loader=Loader) if raw else ""
     except yaml.YAMLError:
         value = raw
     parts = key.split(".")

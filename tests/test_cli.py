@@ -196,6 +196,11 @@ def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_
         return code, capsys.readouterr().err
 
     assert dry(tiny_recipe)[0] == 0
+    roberta = testing.make_model_dir(tmp_path / "roberta", family="roberta")  # 128 positions, 126 tokens
+    code, err = dry(tiny_recipe, f"teacher={roberta}", "max_length=128")  # was an index error inside distill
+    assert code == 2 and "max_length 128 is longer than the teacher" in err and "(126 tokens); give max_length <= 126" in err
+    code, err = dry(tiny_recipe, f"distill.student={roberta}", "max_length=128")
+    assert code == 2 and f"max_length 128 is longer than student {roberta} takes (126 tokens)" in err
     code, err = dry(tiny_recipe, "distill.layers=[0, 7]")
     assert code == 2 and "distill.layers [0, 7]: the teacher has 4 layers (indices 0..3)" in err
     (tmp_path / "empty.csv").write_text("text,label\n")
@@ -203,6 +208,8 @@ def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_
     assert code == 1 and "empty.csv is empty" in err
     code, err = dry(tiny_recipe, "distill.student=/nonexist")
     assert code == 2 and "model '/nonexist': no such folder (/nonexist)" in err
+    code, err = dry(tiny_recipe, "teacher=./nonexist")  # --dry-run passed it (a real run refused it)
+    assert code == 2 and "model './nonexist': no such folder" in err
     code, err = dry(tiny_recipe, "distill.student=~/nonexist")  # a path: the hub is not asked
     assert code == 2 and f"no such folder ({Path.home() / 'nonexist'})" in err and "hub could not" not in err
     out = tmp_path / "real"  # a real run refuses it before the first stage, and writes nothing

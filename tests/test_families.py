@@ -32,6 +32,31 @@ def test_student_keeps_the_listed_teacher_layers(tmp_path, family):
         assert all(torch.equal(layer_s[k], layer_t[k]) for k in layer_t)
 
 
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
+def test_a_student_of_a_pruned_teacher_saves_and_reloads_with_its_own_shapes(tmp_path, family):
+    teacher = families.load_model(make_model_dir(tmp_path / family, family, layers=4))
+    shapes = prune_model(teacher, heads_keep=0.5, ffn_keep=0.75)
+    teacher.config.edgekit_shapes = shapes
+    student = families.student_from_teacher(teacher, [0, 3])  # its config listed the teacher's 4 layers
+    assert student.config.edgekit_shapes["heads"] == [2, 2] and student.config.edgekit_shapes["ffn"] == [48, 48]
+    student.save_pretrained(tmp_path / "student")
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "student")(**inputs()).logits,
+                              student(**inputs()).logits, atol=1e-6)
+    smaller, _ = families.student_from_config(teacher, {"hidden_size": 16, "num_attention_heads": 2}, [0, 1])
+    assert not getattr(smaller.config, "edgekit_shapes", None)  # built whole at its own sizes
+    smaller.save_pretrained(tmp_path / "smaller")
+    assert families.load_model(tmp_path / "smaller").config.num_hidden_layers == 2
+
+
+def test_a_distilbert_student_config_sets_its_ffn_width(tmp_path):
+    teacher = families.load_model(make_model_dir(tmp_path / "d", "distilbert"))
+    student, _ = families.student_from_config(teacher, {"hidden_size": 16, "intermediate_size": 32,
+                                                        "num_attention_heads": 2}, [0, 1])
+    assert families.ffn_size(student.config) == 32 and student.config.hidden_dim == 32  # DistilBERT's name for it
+    assert student.distilbert.transformer.layer[0].ffn.lin1.weight.shape == (32, 16)  # was (64, 16): ignored
+
+
 def test_student_layer_out_of_range(tmp_path):
     teacher = families.load_model(make_model_dir(tmp_path / "m", "bert", layers=4))
     with pytest.raises(EdgekitError, match=r"teacher layer indices 0..3"):

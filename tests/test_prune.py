@@ -263,3 +263,87 @@ def test_hidden_pruning_refuses_a_family_it_does_not_cover_before_any_work(tmp_p
                                            "hidden_keep at 1"):
         prune.run(Artifact(make_model_dir(tmp_path / "mp", "mpnet"), "hf"), tmp_path / "p", ctx, hidden_keep=0.5)
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("family_name", ["bert", "albert"])
+def test_gradient_importance_is_the_gradient_of_one_mask_per_head_and_neuron_over_every_pass(tmp_path, ctx,
+                                                                                             family_name):
+    # Michel et al.: |dL/d mask| per example, one mask per head (FFN neuron) multiplying its output. ALBERT runs
+    # its one shared layer at every depth, so its mask multiplies every pass; BERT's blocks run once each.
+    from edgekit.testing import make_model_dir
+
+    folder = make_model_dir(tmp_path / family_name, family_name)
+    model, tok = families.load_model(folder), families.load_tokenizer(folder)
+    encoded = data.encode(tok, ctx.splits.train, 32)
+    got = prune.gradient_importance(model, encoded, tok.pad_token_id, 3, 16)
+    fam, blocks = families.family(model.config), families.layers(model)
+    heads, neurons = [torch.zeros(4) for _ in blocks], [torch.zeros(64) for _ in blocks]
+    for n, batch in enumerate(data.batches(encoded, 16, tok.pad_token_id, shuffle=True, seed=17)):
+        if n == 3:
+            break
+        size, hooks = len(batch["labels"]), []
+        masks = [(torch.ones(size, 4, requires_grad=True), torch.ones(size, 64, requires_grad=True)) for _ in blocks]
+        for block, (h, f) in zip(blocks, masks):  # a head's mask multiplies its 8 columns of the context
+            hooks.append(block.get_submodule(fam["o"]).register_forward_pre_hook(
+                lambda mod, args, h=h: (args[0] * h.repeat_interleave(8, 1)[:, None],)))
+            hooks.append(block.get_submodule(fam["ffn_out"]).register_forward_pre_hook(
+                lambda mod, args, f=f: (args[0] * f[:, None],)))
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        torch.nn.functional.cross_entropy(logits, batch["labels"]).backward()
+        for i, (h, f) in enumerate(masks):
+            heads[i] += h.grad.abs().sum(0)
+            neurons[i] += f.grad.abs().sum(0)
+        for hook in hooks:
+            hook.remove()
+        model.zero_grad()
+    assert len(blocks) == (1 if family_name == "albert" else 4)
+    for i in range(len(blocks)):
+        assert heads[i].sum() > 0 and torch.allclose(got["heads"][i], heads[i], rtol=1e-4, atol=1e-9)
+        assert neurons[i].sum() > 0 and torch.allclose(got["ffn"][i], neurons[i], rtol=1e-4, atol=1e-9)
+
+
+def test_vocab_pruning_of_an_already_pruned_or_factorized_table_composes_with_its_remap(model_dir, ctx, tmp_path):
+    tok = families.load_tokenizer(model_dir)
+    unk, encoded = tok.unk_token_id, data.encode(tok, ctx.splits.train, 32)
+    seen = {i for ids, _ in encoded for i in ids} | set(tok.all_special_ids)
+    few = {i for ids, _ in encoded[:20] for i in ids} | {unk, 50}
+    assert max(seen) < 40
+    for rank in (0, 8):
+        model = families.load_model(model_dir)
+        if rank:
+            prune.factorize_embedding(model, rank)
+        with torch.no_grad():
+            full = model.get_input_embeddings()(torch.arange(74))
+            prune.keep_vocab(model, sorted(seen | {40, 50, 60}), unk)  # pieces past the size of the next table
+            prune.keep_vocab(model, sorted(few | {61}), unk)  # 61 was dropped by the first cut: it stays [UNK]
+            emb = model.get_input_embeddings()
+            rows = emb(torch.arange(74))
+        assert emb.weight.shape == (len(few), rank or 32) and model.config.edgekit_shapes["vocab"] == len(few)
+        assert torch.equal(rows[sorted(few)], full[sorted(few)])
+        assert all(torch.equal(rows[i], full[unk]) for i in set(range(74)) - few)
+        if not rank:  # twice gives the model once gives, on the text both keep
+            once = families.load_model(model_dir)
+            prune.keep_vocab(once, sorted(few), unk)
+            ids = torch.tensor([encoded[0][0]])
+            with torch.no_grad():
+                assert torch.equal(model(input_ids=ids).logits, once(input_ids=ids).logits)
+        assert_reloads_the_same(model, tmp_path / f"r{rank}")
+
+
+def test_the_vocab_of_a_vocab_pruned_model_prunes_again_and_reloads(model_dir, csv_file, tmp_path):
+    import csv
+
+    rows = list(csv.reader(open(csv_file)))
+    with open(tmp_path / "more.csv", "w", newline="") as f:  # letter pieces: ids past the size of the kept table
+        csv.writer(f).writerows([rows[0]] + [[r[0] + (" zany" if n % 3 else ""), r[1]] for n, r in enumerate(rows[1:])])
+    ctx = Context(data.load(str(tmp_path / "more.csv")), Artifact(model_dir, "hf"), 0, 32, False)
+    once = prune.run(Artifact(model_dir, "hf"), tmp_path / "a", ctx, heads_keep=0.5, vocab=True, importance="magnitude")
+    twice = prune.run(once, tmp_path / "b", ctx, vocab=True, importance="magnitude")
+    assert twice.metrics["vocab_kept"] == once.metrics["vocab_kept"] < 74 and twice.metrics["heads_kept"] == [2] * 4
+    tok = families.load_tokenizer(model_dir)
+    batch = next(data.batches(data.encode(tok, ctx.splits.train, 32), 16, tok.pad_token_id))
+    assert int(batch["input_ids"].max()) >= once.metrics["vocab_kept"]
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with torch.no_grad():
+        expected = families.load_model(once.path)(**inputs).logits
+        assert torch.equal(families.load_model(twice.path)(**inputs).logits, expected)

@@ -18,6 +18,15 @@ def test_overrides_set_nested_values_with_yaml_types():
     assert r["distill"]["layers"] == [0, 2] and r["quantize"]["per_channel"] is False
 
 
+def test_exponents_without_a_dot_are_floats(tmp_path):
+    r = recipe.load("distilbert-int8", ["distill.lr=5e-5", "finetune.lr=+2E-5"])  # was "must be float, got '5e-5'"
+    assert r["distill"]["lr"] == 5e-5 and r["finetune"]["lr"] == 2e-5
+    path = tmp_path / "r.yaml"
+    path.write_text(recipe.find("distilbert-int8").read_text().replace("lr: 1.0e-4", "lr: 1e-4"))
+    assert "lr: 1e-4" in path.read_text() and recipe.load(str(path))["distill"]["lr"] == 1e-4
+    assert recipe.load("distilbert-int8", ["description=1e5x"])["description"] == "1e5x"  # a string stays one
+
+
 def test_data_shorthand_override(tmp_path):
     r = recipe.load("distilbert-int8", [f"data={tmp_path / 'x.csv'}"])
     assert r["data"]["source"] == str(tmp_path / "x.csv")

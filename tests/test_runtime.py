@@ -91,6 +91,13 @@ def test_unknown_path_names_what_loads(tmp_path):
         runtime.load(tmp_path / "nothing.onnx")
 
 
+def test_the_dynamo_exporter_writes_a_valid_file_at_the_default_opset(model_dir, csv_file, tmp_path):
+    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+    art = export.run(Artifact(model_dir, "hf"), tmp_path / "d", ctx, exporter="dynamo", check_sentences=8)
+    meta = json.loads((tmp_path / "d" / "model.json").read_text())  # was: not a valid ONNX model (Split)
+    assert art.metrics["label_agreement"] == 1.0 and meta["opset"] == 18 and meta["exporter"] == "dynamo"
+
+
 def test_a_damaged_model_folder_is_one_line_not_a_traceback(model_dir, tmp_path):
     import shutil
 

@@ -32,19 +32,24 @@ def test_local_sweep_shares_stages_and_marks_the_pareto_front(tiny_recipe, tmp_p
     assert "| Pareto |" in capsys.readouterr().out
 
 
-def test_a_failing_point_is_reported_and_the_others_still_run(model_dir, csv_file, tmp_path, capsys):
+def test_a_failing_point_is_reported_and_the_others_still_run(model_dir, csv_file, tmp_path, capsys, monkeypatch):
     from edgekit import testing
 
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id: only its run can tell it is not there
     path = tmp_path / "r.yaml"
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    assert cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
+                     f"teacher={model_dir},/nonexist"]) == 2  # a path that is not there: refused before any point
+    assert "model '/nonexist': no such folder" in capsys.readouterr().err and not (tmp_path / "sw").exists()
     code = cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
-                     "budgets.size_mb=<= 100,<= 0.001", f"teacher={model_dir},/nonexist"])
+                     "budgets.size_mb=<= 100,<= 0.001", f"teacher={model_dir},someone/nonexist"])
     out, err = capsys.readouterr()
     rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [r["status"] for r in rows] == ["complete", "failed", "over_budget", "failed"]
-    assert "/nonexist" in rows[1]["error"] and "| over_budget |" in out and "| failed: model '/nonexist'" in out
+    assert "someone/nonexist" in rows[1]["error"] and "| over_budget |" in out
+    assert "| failed: model 'someone/nonexist'" in out
     assert code == 1 and "sweep point 01-" in err and "sweep point 03-" in err  # the sweep used to stop there
-    assert "| failed: model '/nonexist'" in (tmp_path / "sw" / "sweep.md").read_text()
+    assert "| failed: model 'someone/nonexist'" in (tmp_path / "sw" / "sweep.md").read_text()
     assert cli.main(["sweep", "--recipe", str(path), "--out", str(tmp_path / "sw"), "--quiet",
                      "budgets.size_mb=<= 100,<= 0.001", f"teacher={model_dir}"]) == 3
     points = sorted(p.name for p in (tmp_path / "sw").iterdir() if p.name[:2].isdigit())

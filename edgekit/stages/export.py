@@ -15,6 +15,7 @@ from edgekit.artifact import Artifact, size_mb, write_json
 from edgekit.errors import EdgekitError
 
 EXPORTERS = ("torchscript", "dynamo")
+DYNAMO_OPSET = 18  # the lowest opset the dynamo exporter writes valid files at here
 LIMITS = {"exporter": EXPORTERS, "opset": "[10, 23]", "min_label_agreement": "[0, 1]"}  # opsets the exporter and
 # ORT's quantizer take (9 fails in the exporter; 23 is torch's newest); and recipe.COMMON
 REVISION = 8  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
@@ -39,7 +40,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
     Several formats go into one folder each (`onnx/`, `tflite/`, ...), all named in the manifest.
     exporter (ONNX): `torchscript` (default) traces eager attention, the graph ONNX Runtime fuses into its
     Attention, EmbedLayerNormalization and SkipLayerNormalization kernels (measured: 1.36x faster INT8 than
-    `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse).
+    `dynamo`, the torch.export-based exporter, whose SDPA graph ORT does not fuse; it writes opset 18 or newer).
     rewrites: the exact graph rewrites of `rewrite` (the last layer computes the only row a classifier reads, one
     Q|K|V projection, an additive mask; ONNX also `fixed_reshapes`), each kept only where the logits match the plain
     model's; false exports the model as transformers runs it (bench/peers.py: the usual path)."""
@@ -78,6 +79,8 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
     sample = (sample["input_ids"], sample["attention_mask"])
     inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")]
+    if exporter == "dynamo":  # it writes opset 18; its conversion down to 17 left an opset-18 Split (invalid model)
+        opset = max(opset, DYNAMO_OPSET)
     extra = {"exporter": exporter, "opset": opset,
              "onnxruntime": {"disabled_optimizers": runtime.ORT_DISABLED_OPTIMIZERS}} if format == "onnx" else {}
     if format == "onnx":

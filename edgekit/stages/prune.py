@@ -126,9 +126,11 @@ def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, tempe
 
 def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_size: int, hidden: bool = False) -> dict:
     """Per layer: |sum over tokens of activation * gradient| per head (input of the attention output projection)
-    and per FFN neuron (input of the FFN output projection), summed over examples of the training set. With
-    `hidden`, the same per residual-stream dimension, its activation * gradient summed over every point that
-    writes the stream (each LayerNorm output), as one mask on that dimension would see it (CoFi's hidden mask)."""
+    and per FFN neuron (input of the FFN output projection), summed over examples of the training set. ALBERT
+    runs its one shared layer once per depth: the sum inside |...| runs over every pass, as one mask on the
+    shared head or neuron would see it. With `hidden`, the same per residual-stream dimension, its activation *
+    gradient summed over every point that writes the stream (each LayerNorm output), as one mask on that
+    dimension would see it (CoFi's hidden mask)."""
     fam = families.family(model.config)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     blocks = list(families.layers(model))
@@ -137,7 +139,7 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
         for part in ("o", "ffn_out"):
             def keep(module, args, key=(part, i)):
                 args[0].retain_grad()
-                captured[key] = args[0]
+                captured.setdefault(key, []).append(args[0])  # one per pass (ALBERT: one per depth)
             hooks.append(block.get_submodule(fam[part]).register_forward_pre_hook(keep))
     stream = []
     if hidden:
@@ -158,13 +160,13 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
             if n >= batches:
                 break
             stream.clear()
+            captured.clear()
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             F.cross_entropy(logits, batch["labels"]).backward()
             for i in range(len(blocks)):
-                ctx_, ffn = captured[("o", i)], captured[("ffn_out", i)]
-                per_head = (ctx_ * ctx_.grad).reshape(*ctx_.shape[:2], -1, head_dim).sum((1, 3))
+                per_head = sum((c * c.grad).reshape(*c.shape[:2], -1, head_dim).sum((1, 3)) for c in captured[("o", i)])
                 heads[i] += per_head.abs().sum(0).detach()
-                neurons[i] += (ffn * ffn.grad).sum(1).abs().sum(0).detach()
+                neurons[i] += sum((f * f.grad).sum(1) for f in captured[("ffn_out", i)]).abs().sum(0).detach()
             if stream:
                 dims += sum((t * t.grad).sum(1) for t in stream).abs().sum(0).detach()
             model.zero_grad(set_to_none=True)
@@ -251,14 +253,21 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
 def keep_vocab(model, token_ids: list, unk: int | None) -> None:
     """Keep only these rows of the word embeddings; other token ids map to the unknown token's row (`unk`, the
     tokenizer's; BERT configs carry no unk_token_id, and a config lookup sent them to the padding row: on
-    edge-base 57% of vader-amazon sentences had a word piece read as [PAD]). Without an unknown token, row 0."""
+    edge-base 57% of vader-amazon sentences had a word piece read as [PAD]). Without an unknown token, row 0.
+    A table already pruned (or factorized) keeps its rows of these ids, read through its remap; ids it dropped
+    stay on the unknown token's row."""
     embedding = model.get_input_embeddings()
-    keep = sorted(set(token_ids) | ({unk} if isinstance(unk, int) else set()))
-    remap = torch.full((embedding.num_embeddings,), keep.index(unk) if isinstance(unk, int) else 0, dtype=torch.long)
-    remap[torch.tensor(keep)] = torch.arange(len(keep))
-    small = torch.nn.Embedding(len(keep), embedding.embedding_dim)
+    if not isinstance(embedding, families.RemappedEmbedding):  # the identity remap: every token keeps its row
+        embedding = families.RemappedEmbedding(torch.arange(embedding.num_embeddings), embedding)
+    ids = torch.tensor(sorted(set(token_ids) | ({unk} if isinstance(unk, int) else set())))
+    keep = sorted(set(embedding.remap[ids].tolist()))  # rows of the current table
+    new_row = {r: n for n, r in enumerate(keep)}
+    remap = torch.full((embedding.num_embeddings,), new_row[int(embedding.remap[unk])] if isinstance(unk, int) else 0,
+                       dtype=torch.long)
+    remap[ids] = torch.tensor([new_row[r] for r in embedding.remap[ids].tolist()])
+    small = torch.nn.Embedding(len(keep), embedding.embedding.embedding_dim)
     small.weight.data.copy_(embedding.weight.detach()[torch.tensor(keep)])
-    model.set_input_embeddings(families.RemappedEmbedding(remap, small))
+    model.set_input_embeddings(families.RemappedEmbedding(remap, small, embedding.project))
     model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=len(keep))
 
 

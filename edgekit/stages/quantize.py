@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -42,6 +43,7 @@ LIMITS = {"mode": MODES, "calibration": CALIBRATIONS, "calibration_size": "[1, i
           "weights": ("int8", "uint8")}  # and recipe.COMMON
 FALLBACK = {"static": "dynamic", "dynamic": "fp16"}  # milder methods, for formats without per-node exclusion
 FILES = {"onnx": "model.onnx", "tflite": "model.tflite", "torchscript": "model.pt"}
+LOW_AGREEMENT = 0.9  # under it INT8 changed many labels (bench/results/quantize.json's variants: 0.915-1.0)
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic", per_channel: bool = True,
@@ -90,6 +92,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
         out.metrics.update(compare(runtime.load(source), runtime.load(out.path), ctx.splits.test[:check_sentences]),
                            size_mb=size_mb(out), size_ratio=round(size_mb(out) / size_mb(by_format[fmt]), 4),
                            params=by_format[fmt].metrics.get("params"))
+        if out.metrics["label_agreement"] < LOW_AGREEMENT:  # said, not refused: the accuracy budget decides
+            print(f"edgekit: warning: {target}-{fmt} in {settings['mode']} mode gives its FP32 file's label on only "
+                  f"{out.metrics['label_agreement']:.0%} of {min(check_sentences, len(ctx.splits.test))} test "
+                  f"sentences; check its accuracy, or try another quantize.mode or quantize.max_accuracy_drop",
+                  file=sys.stderr, flush=True)
         outputs[f"{target}-{fmt}"] = done[key] = out
     first = next(iter(outputs.values()))
     return Artifact(first.path, first.kind, first.metrics, outputs if len(outputs) > 1 else {})
@@ -284,10 +291,15 @@ def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude
         quantize_static
 
     encode = runtime.SidecarTokenizer(source).encode  # model.json and tokenizer lie beside `source`
+    if settings["calibration"] == "minmax":  # each sentence alone, at its own length: no padding in the ranges
+        items = [encode([t]) for t in calib]
+    else:  # ONNX Runtime's histogram calibrators stack every tensor, so all inputs take one width (padded)
+        batch = encode(calib)
+        items = [{k: v[i:i + 1] for k, v in batch.items()} for i in range(len(calib))]
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.items = iter([encode([t]) for t in calib])
+            self.items = iter(items)
 
         def get_next(self):
             return next(self.items, None)

@@ -1,0 +1,49 @@
+"""Augmentation (distill.augment) on teachers the other stages make or accept: a pruned model, a folder whose
+weights are pytorch_model.bin."""
+import pytest
+import torch
+
+from edgekit import augment, data, families, testing
+from edgekit.artifact import Artifact
+from edgekit.pipeline import Context
+from edgekit.stages import prune
+
+
+def test_augmentation_with_a_pruned_teacher_takes_neighbours_among_the_kept_pieces(model_dir, csv_file, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+    teacher = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, vocab=True,
+                        importance="magnitude").path  # no MLM head, and shapes a plain masked-LM cannot load
+    tok = families.load_tokenizer(teacher)
+    extra, source = augment.augment(teacher, tok, ctx.splits.train[:20], 3, 0.5, 3, 0, progress=False)
+    assert source == "embedding" and extra
+    # the neighbours the unpruned table gives among the pieces the pruned model keeps (the training text's)
+    vocab, seen = tok.get_vocab(), {i for ids, _ in data.encode(tok, ctx.splits.train, 32) for i in ids}
+    kept = [t for t, i in vocab.items() if t.isalpha() and i in seen and i not in tok.all_special_ids]
+    table = torch.nn.functional.normalize(families.load_model(model_dir).get_input_embeddings().weight.detach(), dim=-1)
+    words = {"good", "movie", "q"}  # "q" is not in the training text: the pruned model reads it as [UNK]
+    assert vocab["q"] not in seen and len(kept) > 4
+    expected = {w: sorted((t for t in kept if t != w), key=lambda t: -float(table[vocab[w]] @ table[vocab[t]]))[:3]
+                for w in words - {"q"}}
+    assert augment.embedding_neighbours(teacher, tok, words, 3) == expected
+
+
+def test_augmentation_keys_its_cache_on_pytorch_model_bin_weights(model_dir, csv_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "bin"
+    testing.make_model_dir(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(families.load_model(model_dir).state_dict(), folder / "pytorch_model.bin")
+    tok, examples = families.load_tokenizer(folder), data.load(str(csv_file)).train[:20]
+    extra, source = augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
+    assert source == "embedding" and extra
+    real = augment.embedding_neighbours
+    monkeypatch.setattr(augment, "embedding_neighbours", lambda *a: pytest.fail("the cached set was not used"))
+    assert augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False) == (extra, source)
+    torch.save(families.load_model(testing.make_model_dir(tmp_path / "other", seed=1)).state_dict(),
+               folder / "pytorch_model.bin")  # other weights: another key
+    called = []
+    monkeypatch.setattr(augment, "embedding_neighbours", lambda *a: called.append(1) or real(*a))
+    augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
+    assert called
