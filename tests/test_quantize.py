@@ -39,6 +39,8 @@ def test_targets_get_one_artifact_per_format_in_the_manifest_each_runnable_witho
         assert meta["target"] == name.split("-")[0] and meta["quantization"]["mode"] == "static"
         if name.endswith("tflite"):  # what ai-edge-quantizer did, not ONNX Runtime's options
             assert "fuse" not in meta["quantization"] and meta["quantization"]["per_channel"] is True
+        else:  # static ONNX: calibrated, and fuse (for the dynamic graph) is not claimed
+            assert meta["quantization"]["calibration"] == "minmax" and "fuse" not in meta["quantization"]
         assert out["metrics"]["label_agreement"] >= 0.9 and out["metrics"]["accuracy"] > 0.4
     shown = summary(manifest)  # what `edgekit compress` prints
     assert all(f"| {name} | {out['path']} |" in shown for name, out in outputs.items())
@@ -346,7 +348,8 @@ def test_uint8_weights_go_into_every_matmul_agree_with_fp32_and_are_only_for_onn
         inits = {i.name: i.data_type for i in graph.initializer}
         types = {inits[n.input[1]] for n in graph.node if n.op_type == "MatMulInteger" and n.input[1] in inits}
         assert types == {onnx.TensorProto.UINT8 if w == "uint8" else onnx.TensorProto.INT8}, (w, types)
-        assert json.loads(art.path.with_name("model.json").read_text())["quantization"]["weights"] == w
+        q = json.loads(art.path.with_name("model.json").read_text())["quantization"]
+        assert q["weights"] == w and "calibration" not in q and q["fuse"] is False  # dynamic: no calibration
         assert art.metrics["label_agreement"] >= 0.99, (w, art.metrics)
     with pytest.raises(EdgekitError, match="quantize.weights 'uint8' with ONNX mode static: give int8") as e:
         quantize.run(fp32, tmp_path / "s", ctx, mode="static", weights="uint8")

@@ -164,8 +164,8 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
 def applied(fmt: str, mode: str, settings: dict) -> dict:
     """The settings as the tool applied them, for the sidecar: per_channel, fuse and calibration steer ONNX Runtime
     only; ai-edge-quantizer's INT8 weights are per channel with min-max ranges, torch.ao's Linear weights per tensor."""
-    if fmt == "onnx":
-        return settings
+    if fmt == "onnx":  # calibration is for static ranges, fuse for the dynamic graph only
+        return {k: v for k, v in settings.items() if k != ("calibration" if mode == "dynamic" else "fuse")}
     kept = {k: v for k, v in settings.items() if k not in ("per_channel", "fuse", "calibration")}
     if mode == "fp16":
         return kept
