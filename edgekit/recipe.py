@@ -51,8 +51,8 @@ def load(name: str, overrides: list = ()) -> dict:
     path = find(name)
     try:
         text = path.read_text(encoding="utf-8")
-        refuse_repeated_keys(yaml.compose(text, Loader=Loader))
-        recipe = yaml.load(text, Loader=Loader)
+        refuse_repeated_keys(yaml.compose(text, Loader=yaml.SafeLoader))
+        recipe = yaml.safe_load(text)
     except UnicodeDecodeError as e:
         raise UsageError(f"recipe {path} is not UTF-8 text (byte {e.start}); save it as UTF-8")
     except yaml.YAMLError as e:
@@ -89,22 +89,12 @@ def yaml_problem(e: yaml.YAMLError) -> str:
     return f"{getattr(e, 'problem', None) or str(e).splitlines()[0]}{where}"
 
 
-class Loader(yaml.SafeLoader):
-    """YAML as PyYAML reads it, except that 1e-4 is a float, as in YAML 1.2 (1.1 needs the dot: 1.0e-4)."""
-
-    yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-
-Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-                             list("-+0123456789"))
-
-
 def apply_override(recipe: dict, item: str) -> None:
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise UsageError(f"override '{item}' must look like key=value, for example distill.epochs=1")
     try:
-        value = yaml.load(raw, Loader=Loader) if raw else ""
+        value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError:
         value = raw
     parts = key.split(".")
@@ -281,6 +271,9 @@ def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dic
     return dict(row, interval=interval) if interval else row
 
 
+FLOAT_TEXT = re.compile(r"[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+")
+
+
 def _bind(section: str, fn, settings: dict, skip=(), limits=None) -> list:
     params = {n: p for n, p in inspect.signature(fn).parameters.items() if n not in skip}
     limits = {**COMMON, **(limits or {})}
@@ -290,6 +283,8 @@ def _bind(section: str, fn, settings: dict, skip=(), limits=None) -> list:
             errors.append(f"{section}: unknown key '{key}'; accepted: {', '.join(params)}")
             continue
         want = typing.get_type_hints(fn).get(key)
+        if isinstance(value, str) and FLOAT_TEXT.fullmatch(value) and want and _is(1.0, want) and not _is("", want):
+            value = settings[key] = float(value)  # 1e-4: PyYAML (YAML 1.1) reads it as text, YAML 1.2 as a float
         if want is not None and not _is(value, want):
             errors.append(f"{section}.{key} must be {_type_name(want)}, got {value!r}")
         elif allowed := outside(value, limits.get(key)):
