@@ -29,42 +29,40 @@ COLUMNS = ("model", "params_m", "size_fp32_mb", "size_int8_mb", "latency_ms_b1_f
            "latency_ms_b32_int8", "rss_after_load_mb_int8", "accuracy")
 
 
-def build(spec: str):
-    """(model, its folder or None) from a family name, a config.json, an asset or a transformers folder."""
-    import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+def source(spec: str) -> tuple:
+    """(config, its folder or None) of a family name, a config.json, an asset or a transformers folder."""
+    from transformers import AutoConfig
 
     families.quiet_transformers()
-    torch.manual_seed(0)
     if spec in FAMILY_CONFIGS:
         family, overrides = FAMILY_CONFIGS[spec]
-        return AutoModelForSequenceClassification.from_config(AutoConfig.for_model(family, num_labels=2, **overrides)), None
+        return AutoConfig.for_model(family, num_labels=2, **overrides), None
     path = Path(spec)
     if path.suffix == ".json" and path.is_file():
-        return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(path)), None
+        try:
+            return AutoConfig.from_pretrained(path), None
+        except Exception as e:
+            raise EdgekitError(f"{spec} is not a transformers config ({type(e).__name__}: {e}); give a model's "
+                               f"config.json")
     from edgekit.pipeline import resolve_model
 
     folder = resolve_model(spec).path
-    return families.load_model(folder), folder
+    return AutoConfig.from_pretrained(folder), folder
+
+
+def build(spec: str):
+    """(model, its folder or None): random weights for a family name or a config.json, else the folder's."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    config, folder = source(spec)
+    return (families.load_model(folder) if folder else AutoModelForSequenceClassification.from_config(config)), folder
 
 
 def check(spec: str, seq_len: int) -> None:
     """What can be told of a spec before anything is measured: that it is there and whole, and takes seq_len."""
-    from transformers import AutoConfig
-
-    if spec in FAMILY_CONFIGS:
-        return
-    path = Path(spec)
-    if path.suffix == ".json" and path.is_file():
-        try:
-            config = AutoConfig.from_pretrained(path)
-        except Exception as e:
-            raise EdgekitError(f"{spec} is not a transformers config ({type(e).__name__}: {e}); give a model's "
-                               f"config.json")
-    else:
-        from edgekit.pipeline import resolve_model
-
-        config = AutoConfig.from_pretrained(resolve_model(spec).path)
+    config, _ = source(spec)
     if seq_len > families.max_tokens(config):
         raise UsageError(f"--seq-len {seq_len} is longer than {spec} takes ({families.max_tokens(config)} tokens); "
                          f"lower --seq-len")

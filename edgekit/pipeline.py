@@ -82,7 +82,7 @@ def resolve_model(spec: str) -> Artifact:
 
 def looks_local(spec: str) -> bool:
     """A model spec that can only mean a path on this machine (hub ids are `name` or `org/name`)."""
-    return spec.startswith(("/", "./", "../", "~", "\\")) or spec in (".", "..") or "\\" in spec \
+    return spec.startswith(("/", "./", "../", "~")) or spec in (".", "..") or "\\" in spec \
         or spec.count("/") > 1 or (len(spec) > 1 and spec[1] == ":")
 
 

@@ -83,8 +83,11 @@ def peers_of(run: Path) -> dict:
 
 
 def peers_note(name: str, manifest: dict, run: Path) -> str:
-    """One line: which of the run's latencies are from bench/peers.py's session and which from the bench stage."""
+    """One line: which of the run's latencies are from bench/peers.py's session and which from the bench stage;
+    '' for a run bench/peers.py did not measure."""
     peers, seq = peers_of(run), manifest["final"]["metrics"].get("bench_seq_len")
+    if not peers:
+        return ""
     timed = [os.path.relpath(r["here"], run.resolve()) for r in peers["rows"] if r["model"].startswith("edgekit")]
     return (f"{name}: latencies of the teacher, its peer and {', '.join(timed) or 'no edgekit file'} are from one "
             f"bench/peers.py session ({peers['seq_len']} tokens); any other artifact's from the bench stage"
@@ -245,8 +248,8 @@ def build(run_dirs: list, out: Path) -> Path:
         md += [f"| {p[0]} | {p[1]:.4f} | {p[4]} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |"
                for p in pts]
         for (manifest, run), name in zip(runs, names):
-            if peers_of(run):
-                md += ["", peers_note(name, manifest, run)]
+            if note := peers_note(name, manifest, run):
+                md += ["", note]
         md.append("")
     unmeasured = [n for n in names if not any(p[0].startswith(f"{n}: ") for p in pts)]
     if unmeasured:

@@ -17,8 +17,11 @@ def load(path, threads: int = 0, max_length: int = 0):
     path = Path(path).expanduser()
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")
-    if path.name == "manifest.json" or (path / "manifest.json").is_file():  # a run: its final model
-        path = final_model(path.parent if path.name == "manifest.json" else path)
+    if path.name == "manifest.json" or (path / "manifest.json").is_file():  # a finished run: its final model
+        from edgekit.gate import load_manifest
+
+        manifest, run = load_manifest(path)
+        path = run / manifest["final"]["path"]
     if path.is_dir() and (path / "model.onnx").is_file():
         path = path / "model.onnx"
     if path.is_dir() and (path / "config.json").is_file():
@@ -37,17 +40,6 @@ def load(path, threads: int = 0, max_length: int = 0):
         return TFLiteModel(path, threads)
     raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json), or a .onnx, .tflite or "
                        f"TorchScript .pt file with its model.json")
-
-
-def final_model(run: Path) -> Path:
-    """The final model file of a finished run folder."""
-    try:
-        final = json.loads((run / "manifest.json").read_text()).get("final")
-    except (OSError, ValueError, AttributeError) as e:
-        raise EdgekitError(f"{run / 'manifest.json'} cannot be read ({e}); give the model file itself")
-    if not isinstance(final, dict) or not final.get("path"):
-        raise EdgekitError(f"{run} is a run that has not finished; run it to the end, or give a stage's model file")
-    return run / final["path"]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

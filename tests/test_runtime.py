@@ -122,7 +122,7 @@ def test_a_run_folder_or_its_manifest_loads_the_final_model(tiny_recipe, tmp_pat
         assert np.array_equal(runtime.load(path)(["a fine film"])["probs"], final["probs"])
     manifest["final"] = None  # as an unfinished run's
     (run / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(EdgekitError, match="is a run that has not finished"):
+    with pytest.raises(EdgekitError, match="manifest.json is from an unfinished run; run the same compress command"):
         runtime.load(run)
 
 
