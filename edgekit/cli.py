@@ -38,29 +38,40 @@ def main(argv=None) -> int:
         return args.func(args) or 0
     except EdgekitError as e:
         if args.verbose:  # the traceback, and still the exit code that says what kind of error it was
-            traceback.print_exc()
+            _say(traceback.format_exc().rstrip())
         _close_bars()
-        print(f"edgekit: error{_rank()}: {e}", file=sys.stderr)
+        _say(f"edgekit: error{_rank()}: {e}")
         return e.code
     except BrokenPipeError:  # `edgekit recipes | head -1`: the reader has gone; nothing to say, nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit fails else
         return 141
     except OSError as e:  # full disk, read-only folder, vanished file: say which and what to do
         if args.verbose:
-            traceback.print_exc()
+            _say(traceback.format_exc().rstrip())
         _close_bars()
-        print(f"edgekit: error{_rank()}: {os_problem(e)}", file=sys.stderr)
+        _say(f"edgekit: error{_rank()}: {os_problem(e)}")
         return 1
     except KeyboardInterrupt as e:
         _close_bars()
         resumes = args.command in ("compress", "sweep")  # finished stages are kept; the rest start over
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
-        print(f"edgekit: {what}{'; run the same command again to resume' if resumes else ''}", file=sys.stderr)
+        _say(f"edgekit: {what}{'; run the same command again to resume' if resumes else ''}")
         return 143 if isinstance(e, Terminated) else 130
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         _leave_process_group()
+
+
+def _say(message: str) -> None:
+    """The last line a command prints, on stderr; with stderr closed (`2>&-`) there is nowhere to say it, and the
+    exit code still says what happened. (Python sets sys.stderr to None then, and print would write to stdout.)"""
+    if sys.stderr is None:
+        return
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def script(main) -> int:
@@ -72,11 +83,11 @@ def script(main) -> int:
         return code if isinstance(code, int) else 0
     except (EdgekitError, OSError) as e:
         _close_bars()
-        print(f"{name}: error: {os_problem(e) if isinstance(e, OSError) else e}", file=sys.stderr)
+        _say(f"{name}: error: {os_problem(e) if isinstance(e, OSError) else e}")
         return getattr(e, "code", 1)
     except KeyboardInterrupt:
         _close_bars()
-        print(f"{name}: interrupted", file=sys.stderr)
+        _say(f"{name}: interrupted")
         return 130
 
 

@@ -326,3 +326,20 @@ def test_regressions_found_by_the_fourth_probe(tmp_path, monkeypatch, capsys, mo
     done = subprocess.run(f"{sys.executable} -m edgekit.cli recipes | head -1", shell=True, capture_output=True,
                           text=True)  # a fixed test command line, no user input in it
     assert done.stdout.startswith("distilbert-int8") and done.stderr == ""  # was "cannot read or write: Broken pipe"
+
+
+def test_a_closed_stderr_keeps_the_exit_code_and_stdout_clean(tmp_path, monkeypatch):
+    """`edgekit ... 2>&-` in a script: the error line has nowhere to go; it must not land in stdout (the output a
+    script reads), and the exit code still says usage (2)."""
+    done = subprocess.run([sys.executable, "-m", "edgekit.cli", "compress", "--recipe", "no-such-recipe"],
+                          capture_output=True, text=True, cwd=tmp_path, preexec_fn=lambda: os.close(2))
+    assert (done.returncode, done.stdout) == (2, "")  # was the error line on stdout
+
+    class Closed:  # a stderr whose descriptor went away after Python started (a wrapper script closed it): was exit 1
+        def write(self, text):
+            raise OSError(9, "Bad file descriptor")
+
+        flush = write
+    monkeypatch.setattr(sys, "stderr", Closed())
+    assert cli.main(["compress", "--recipe", "no-such-recipe"]) == 2
+    assert cli.main(["-v", "compress", "--recipe", "no-such-recipe"]) == 2
