@@ -316,6 +316,7 @@ def student_from_teacher(teacher, keep: list):
 
 
 STUDENT_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads")
+VOCAB_SHAPES = ("vocab", "embedding_rank")  # edgekit_shapes of the word embeddings, not of the layers
 
 
 def student_config(config, overrides: dict, keep: list):
@@ -329,8 +330,11 @@ def student_config(config, overrides: dict, keep: list):
     if [i for i in keep if not 0 <= i < depth] or not keep:
         raise EdgekitError(f"student layers {keep} must be teacher layer indices 0..{depth - 1}")
     config = copy.deepcopy(config)
-    if hasattr(config, "edgekit_shapes"):  # a pruned teacher's shapes: a student of new sizes is built whole
+    if hasattr(config, "edgekit_shapes"):  # a pruned teacher's layer shapes: a student of new sizes is built whole;
+        vocab = {k: v for k, v in config.edgekit_shapes.items() if k in VOCAB_SHAPES}  # its vocabulary stays
         del config.edgekit_shapes
+        if vocab:
+            config.edgekit_shapes = vocab
     for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
         setattr(config, "hidden_dim" if k == "intermediate_size" and hasattr(config, "hidden_dim") else k, v)
     if config.hidden_size % config.num_attention_heads:
@@ -348,6 +352,8 @@ def student_from_config(teacher, overrides: dict, keep: list) -> tuple:
 
     config = student_config(teacher.config, overrides, keep)
     student = AutoModelForSequenceClassification.from_config(config)
+    if shapes := getattr(config, "edgekit_shapes", None):  # a pruned vocabulary: its rows and remap copy across
+        apply_shapes(student, shapes)
     fam = family(config)
     prefix = fam["layers"] + "."
     source = teacher.state_dict()

@@ -32,6 +32,25 @@ def test_student_keeps_the_listed_teacher_layers(tmp_path, family):
         assert all(torch.equal(layer_s[k], layer_t[k]) for k in layer_t)
 
 
+@pytest.mark.parametrize("family,rank", [("bert", 0), ("albert", 0), ("mpnet", 8)])
+def test_a_student_config_student_of_a_vocabulary_pruned_teacher_keeps_its_word_rows(tmp_path, family, rank):
+    """Was: the student had a full-size table at random (the teacher's rows sit behind its id remap)."""
+    from edgekit.stages.prune import factorize_embedding, keep_vocab
+
+    teacher = families.load_model(make_model_dir(tmp_path / family, family, layers=4))
+    if rank:
+        factorize_embedding(teacher, rank)
+    keep_vocab(teacher, list(range(40)), 1)
+    student, _ = families.student_from_config(teacher, {"hidden_size": 16, "num_attention_heads": 2}, [0, 3])
+    got, want = student.get_input_embeddings(), teacher.get_input_embeddings()
+    assert torch.equal(got.remap, want.remap) and torch.equal(got.weight, want.weight[:, :got.weight.shape[1]])
+    assert student.config.edgekit_shapes == {"vocab": 40, **({"embedding_rank": rank} if rank else {})}
+    student.save_pretrained(tmp_path / "student")
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "student")(**inputs()).logits,
+                              student(**inputs()).logits, atol=1e-6)
+
+
 @pytest.mark.parametrize("family", ["bert", "distilbert"])
 def test_a_student_of_a_pruned_teacher_saves_and_reloads_with_its_own_shapes(tmp_path, family):
     teacher = families.load_model(make_model_dir(tmp_path / family, family, layers=4))
