@@ -135,6 +135,9 @@ def test_factorized_embedding_is_the_truncated_svd_and_reloads_and_exports(model
     emb = model.get_input_embeddings()
     assert emb.weight.shape == (74, 31) and emb.project.weight.shape == (32, 31)
     assert torch.allclose(emb.project(emb.weight).detach(), table, atol=0.15)
+    alone = prune.run(Artifact(model_dir, "hf"), tmp_path / "rank-only", ctx, heads_keep=0.5, embedding_rank=8,
+                      importance="magnitude")
+    assert alone.metrics["embedding_rank"] == 8 and "vocab_kept" not in alone.metrics  # was every row, as if pruned
     out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, vocab=True, embedding_rank=8,
                     importance="magnitude", recover_epochs=0.5, lr=1e-3, batch_size=16)
     assert out.metrics["embedding_rank"] == 8

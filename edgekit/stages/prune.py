@@ -87,7 +87,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
                                               **({"hidden_kept": shapes["hidden"]} if "hidden" in shapes else {}),
-                                              **({"vocab_kept": shapes["vocab"]} if "vocab" in shapes else {}),
+                                              **({"vocab_kept": shapes["vocab"]} if shapes.get("vocab", len(tokenizer)) < len(tokenizer) else {}),
                                               **({"embedding_rank": embedding_rank} if embedding_rank else {}),
                                               "processes": training.distributed()[1]})
 
