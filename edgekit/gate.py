@@ -91,13 +91,14 @@ def check(path, budgets: list, target: str = None) -> list:
             raise UsageError(problem)
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a run folder, its manifest.json, or a model file or folder")
-    is_run = (path / "manifest.json").is_file() or path.suffix == ".json"
+    is_run = (path / "manifest.json").is_file() or path.suffix == ".json" or (path.is_dir() and (
+        (path / ".lock").exists() or any(path.glob("[0-9][0-9]-*.partial"))))  # a run not yet written: never sized
     if not is_run:  # plain model files: only size can be known without running anything
         others = [b for b in budgets if b[0] != "size_mb"]
         if others or not budgets:
             raise UsageError(f"{path} is not a run folder; only --max-size-mb can be checked from model files alone")
-        exported = sorted(p for p in path.rglob("*") if p.suffix in (".onnx", ".tflite", ".pt")) \
-            if path.is_dir() else []
+        exported = sorted(p for p in path.rglob("*") if p.suffix in (".onnx", ".tflite", ".pt") and not any(
+            part.endswith(".partial") for part in p.relative_to(path).parts)) if path.is_dir() else []
         sizes = {str(p.relative_to(path)): weights_mb(p) for p in exported} or {None: weights_mb(path)}  # else one
         rows = []  # file, or one transformers folder
         for name, mb in sizes.items():
@@ -106,11 +107,13 @@ def check(path, budgets: list, target: str = None) -> list:
                 rows.append(dict(row, artifact=name) if name else row)
         return rows
     manifest, run = load_manifest(path)
-    missing = [rel for stage in manifest["stages"] for rel in stage["files"] if not (run / rel).is_file()]
+    finals = {Path(o["path"]).parts[0] for o in [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]}
+    missing = [rel for stage in manifest["stages"] for rel in stage["files"]  # the final models' stage folders: a
+               if Path(rel).parts[0] in finals and not (run / rel).is_file()]  # CI upload may leave out the rest
     if missing:
-        raise EdgekitError(f"{run} is missing stage outputs ({missing[0]}"
+        raise EdgekitError(f"{run} is missing final model files ({missing[0]}"
                            f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}); "
-                           f"re-run the recipe to restore them")
+                           f"re-run the recipe to restore them, or copy them with manifest.json")
     targets = {n: d for n, d in (manifest.get("devices") or {}).items() if d.get("complete") is True}
     if target:  # results of `edgekit bench RUN --target NAME`; an incomplete one never counts
         if target not in targets:

@@ -71,7 +71,7 @@ def test_size_only_gate_on_model_files_does_not_import_torch(finished):
 @pytest.mark.parametrize("change, message", [
     (lambda m: m.update(schema=2), "manifest schema 2; this edgekit reads schema 1"),
     (lambda m: m.update(status="running"), "unfinished run"),
-    (lambda m: m["stages"][0]["files"].update({"01-finetune/gone.bin": "0" * 64}), "missing stage outputs"),
+    (lambda m: m["stages"][-2]["files"].update({"04-quantize/gone.bin": "0" * 64}), "missing final model files"),
 ])
 def test_gate_never_passes_when_it_could_not_check(finished, change, message):
     manifest = json.loads((finished / "manifest.json").read_text())
@@ -207,3 +207,26 @@ def test_a_target_is_gated_on_what_it_measured_and_each_row_says_where_from(fini
     (finished / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(EdgekitError, match="target 'pi4' recorded latency_ms_p90 -1, not a finite number >= 0"):
         gate.check(finished, budgets, target="pi4")
+
+
+def test_gate_checks_an_upload_of_the_final_stage_and_never_sizes_a_stopped_run(finished, tmp_path):
+    """docs/ci.md's gate-only job: manifest.json and the final stage's folder, as the compress job uploads them (was:
+    'missing stage outputs 01-finetune/...', exit 1). A stopped run has no manifest and a checkpoint: it was sized as
+    model files and passed."""
+    manifest = json.loads((finished / "manifest.json").read_text())
+    final_dir = manifest["final"]["path"].split("/")[0]
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    shutil.copy(finished / "manifest.json", upload)
+    shutil.copytree(finished / final_dir, upload / final_dir)
+    assert [r["ok"] for r in gate.check(upload, [("size_mb", "<=", 100.0), ("accuracy_retained", ">=", 0.1)])] == \
+        [True, True]
+    shutil.rmtree(upload / final_dir)
+    with pytest.raises(EdgekitError, match="missing final model files"):
+        gate.check(upload, [("size_mb", "<=", 100.0)])
+    stopped = tmp_path / "stopped"
+    (stopped / "01-finetune.partial" / "checkpoint").mkdir(parents=True)
+    shutil.copy(finished / final_dir / "model.onnx", stopped / "01-finetune.partial" / "checkpoint" / "state.pt")
+    with pytest.raises(EdgekitError, match="has no manifest.json yet: its first stage is still running or was stopped"):
+        gate.check(stopped, [("size_mb", "<=", 100.0)])
+    assert cli.main(["gate", str(stopped), "--max-size-mb", "100"]) == 1
