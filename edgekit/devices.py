@@ -144,8 +144,9 @@ def check_target(name: str, spec) -> list:
         errors.append(f"target {name}: workdir {workdir!r} must be an absolute path on the device; use an absolute "
                       f"path such as /home/pi/edgekit-bench")
     for metric, bound in (spec["budgets"] if isinstance(spec.get("budgets"), dict) else {}).items():
-        if metric not in recipes.METRICS:
-            errors.append(f"target {name}: budget on unknown metric '{metric}'; metrics: {', '.join(recipes.METRICS)}")
+        if metric not in recipes.DEVICE_METRICS:
+            errors.append(f"target {name}: budget on metric '{metric}', which a device does not measure; metrics: "
+                          f"{', '.join(recipes.DEVICE_METRICS)}")
         elif recipes.parse_bound(bound) is None:
             errors.append(f"target {name}: budget {metric}: {bound!r} must be an operator and a number, e.g. '<= 40'")
         elif problem := recipes.bound_problem(metric, recipes.parse_bound(bound)[1]):

@@ -22,6 +22,12 @@ METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "latency_ms_p50
            "latency_ms_p99", "peak_rss_mb", "max_abs_diff", "label_agreement")
 OPS = ("<=", ">=", "<", ">")
 FRACTIONS = ("accuracy", "accuracy_retained")  # bounded as fractions: 0.97, never 97
+MEASURED_BY = {"accuracy": ("evaluate",), "accuracy_retained": ("evaluate",), "latency_ms_p50": ("bench",),
+               "latency_ms_p90": ("bench",), "latency_ms_p99": ("bench",), "peak_rss_mb": ("bench",),
+               "max_abs_diff": ("export", "quantize"), "label_agreement": ("export", "quantize"),
+               "params": ("finetune", "distill", "prune", "export", "quantize")}  # size_mb: every run's final files
+DEVICE_METRICS = ("size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+                  "peak_rss_mb")  # what device_bench measures on a device (a target's budgets)
 NEEDS_HF = ("finetune", "distill", "prune", "export")  # stages that read a transformers folder
 # What a setting may be, by its name in any stage: an interval for a number (inf: no upper end), a tuple of words
 COMMON = {"epochs": "(0, inf)", "lr": "(0, inf)", "batch_size": "[1, inf)", "warmup": "[0, 1)",
@@ -127,7 +133,7 @@ def validate(recipe: dict) -> dict:
     except EdgekitError as e:
         errors.append(str(e))
     errors += _check_data(recipe)
-    errors += _check_stages(recipe)
+    errors += (stage_errors := _check_stages(recipe))
     if not errors:
         errors += _check_together(recipe)
     bench = recipe.get("bench") if isinstance(recipe.get("stages"), list) and "bench" in recipe["stages"] else None
@@ -135,7 +141,7 @@ def validate(recipe: dict) -> dict:
     if _is(seq_len, int) and _is(recipe["max_length"], int) and seq_len > recipe["max_length"]:
         errors.append(f"bench.seq_len {seq_len} is longer than max_length {recipe['max_length']}, where the "
                       f"exported model cuts its input; lower bench.seq_len or raise max_length")
-    errors += _check_budgets(recipe)
+    errors += _check_budgets(recipe, stages_ok=not stage_errors)
     if not isinstance(recipe.setdefault("devices", {}) or {}, dict):
         errors.append("devices must map device names to settings (kind: local, ssh, adb or qemu-arm64)")
     else:
@@ -161,6 +167,8 @@ def _check_stages(recipe: dict) -> list:
     if not isinstance(order, list) or not order or not all(isinstance(s, str) for s in order):
         return [f"stages must be a non-empty list of stage names from: {', '.join(stages.NAMES)}"]
     errors = [f"unknown stage '{s}'; stages: {', '.join(stages.NAMES)}" for s in order if s not in stages.NAMES]
+    if errors:  # the rest would follow from the misspelling ("distill has settings but is not in stages")
+        return errors
     if len(set(order)) != len(order):
         errors.append("each stage may appear once in stages")
     for name in stages.NAMES:
@@ -220,11 +228,11 @@ def _check_together(recipe: dict) -> list:
     return errors
 
 
-def _check_budgets(recipe: dict) -> list:
+def _check_budgets(recipe: dict, stages_ok: bool = True) -> list:
     budgets = recipe.setdefault("budgets", {}) or {}
-    recipe["budgets"] = budgets
     if not isinstance(budgets, dict):
         return ["budgets must map a metric to a bound such as '<= 100'"]
+    budgets = recipe["budgets"] = {k: v for k, v in budgets.items() if v is not None}  # budgets.X=null drops one
     errors = []
     for metric, bound in budgets.items():
         if metric not in METRICS:
@@ -234,6 +242,9 @@ def _check_budgets(recipe: dict) -> list:
                           f"(operators: {', '.join(OPS)})")
         elif problem := bound_problem(metric, parse_bound(bound)[1]):
             errors.append(problem)
+        elif stages_ok and not set(MEASURED_BY.get(metric, recipe["stages"])) & set(recipe["stages"]):
+            errors.append(f"budget {metric}: no stage of this recipe measures it; add {' or '.join(MEASURED_BY[metric])}"
+                          f" to stages, or drop the budget (budgets.{metric}=null)")
     return errors
 
 

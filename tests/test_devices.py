@@ -100,7 +100,9 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "ssh", "host": "pi", "user": "pi; rm -rf /"}, "may hold only letters"),
     ({"kind": "adb", "serial": "R58", "port": 5}, "unknown key 'port'; accepted for adb"),
     ({"kind": "local", "runs": "many"}, "runs must be int"),
-    ({"kind": "local", "budgets": {"speed": "<= 3"}}, "budget on unknown metric 'speed'"),
+    ({"kind": "local", "budgets": {"speed": "<= 3"}}, "budget on metric 'speed', which a device does not measure"),
+    ({"kind": "local", "budgets": {"max_abs_diff": "<= 3"}}, "'max_abs_diff', which a device does not measure"),  # was
+    ({"kind": "local", "budgets": {"params": "<= 3"}}, "metrics: size_mb, accuracy, accuracy_retained, latency"),  # OVER
     ({"kind": "local", "budgets": {"size_mb": "small"}}, "must be an operator and a number"),
     ({"kind": "qemu-arm64", "cpu": "max"}, "cpu 'max'; emulated CPUs: cortex-a72"),
     ({"kind": "local", "runs": -1}, "target t: runs must be >= 1, got -1"),  # was exit 1 naming --runs, a runner flag

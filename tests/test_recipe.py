@@ -210,3 +210,20 @@ def test_device_settings_and_budget_numbers_are_checked_with_the_recipe(override
 def test_overrides_given_as_one_string_are_refused():  # was "override 'd' must look like key=value"
     with pytest.raises(UsageError, match=r"overrides must be a list .*\['distill.epochs=1'\]"):
         recipe.load("distilbert-int8", "distill.epochs=1")
+
+
+def test_a_budget_no_stage_measures_is_refused_and_null_drops_a_budget(tmp_path):
+    """Was: the whole run, then 'NOT MEASURED' and exit 3 (over budget), where gate said exit 1 for the same run."""
+    from edgekit import testing
+
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(tmp_path / "m", tmp_path / "d.csv", stages=("finetune", "prune")))
+    for metric, stage in (("latency_ms_p90", "add bench to stages"), ("accuracy_retained", "add evaluate to stages"),
+                          ("max_abs_diff", "add export or quantize to stages")):
+        with pytest.raises(UsageError, match=f"budget {metric}: no stage of this recipe measures it; {stage}, or drop "
+                                             rf"the budget \(budgets.{metric}=null\)"):
+            recipe.load(str(path), [f"budgets.{metric}=<= 1"])
+    assert recipe.load(str(path), ["budgets.params=<= 1e9", "budgets.size_mb=null"])["budgets"] == {"params": "<= 1e9"}
+    with pytest.raises(UsageError) as e:  # a misspelt stage is the one error, not its knock-on ones
+        recipe.load("distilbert-int8", ["stages=[finetune, bogus]"])
+    assert str(e.value) == "unknown stage 'bogus'; stages: finetune, distill, prune, export, quantize, evaluate, bench"
