@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from edgekit import artifact, recipe as recipes
+from edgekit import artifact, assets, recipe as recipes
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
@@ -108,12 +108,16 @@ def check(path, budgets: list, target: str = None) -> list:
         return rows
     manifest, run = load_manifest(path)
     finals = {Path(o["path"]).parts[0] for o in [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]}
-    missing = [rel for stage in manifest["stages"] for rel in stage["files"]  # the final models' stage folders: a
-               if Path(rel).parts[0] in finals and not (run / rel).is_file()]  # CI upload may leave out the rest
+    files = {rel: sha for stage in manifest["stages"] for rel, sha in stage["files"].items()  # the final models'
+             if Path(rel).parts[0] in finals}  # stage folders: a CI upload may leave out the rest
+    missing = [rel for rel in files if not (run / rel).is_file()]
     if missing:
         raise EdgekitError(f"{run} is missing final model files ({missing[0]}"
                            f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}); "
                            f"re-run the recipe to restore them, or copy them with manifest.json")
+    if changed := [rel for rel, sha in files.items() if assets.sha256_file(run / rel) != sha]:
+        raise EdgekitError(f"{run / changed[0]} is not the file the run made and measured (its sha256 is not the "
+                           f"manifest's); copy the run's files unchanged, or re-run the recipe")
     targets = {n: d for n, d in (manifest.get("devices") or {}).items() if d.get("complete") is True}
     if target:  # results of `edgekit bench RUN --target NAME`; an incomplete one never counts
         if target not in targets:

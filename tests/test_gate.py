@@ -72,6 +72,8 @@ def test_size_only_gate_on_model_files_does_not_import_torch(finished):
     (lambda m: m.update(schema=2), "manifest schema 2; this edgekit reads schema 1"),
     (lambda m: m.update(status="running"), "unfinished run"),
     (lambda m: m["stages"][-2]["files"].update({"04-quantize/gone.bin": "0" * 64}), "missing final model files"),
+    (lambda m: m["stages"][-2]["files"].update({"04-quantize/model.onnx": "0" * 64}),  # was a pass on a cut file
+     "model.onnx is not the file the run made and measured"),
 ])
 def test_gate_never_passes_when_it_could_not_check(finished, change, message):
     manifest = json.loads((finished / "manifest.json").read_text())
