@@ -119,6 +119,21 @@ def prepare_out(out: Path) -> None:
         raise EdgekitError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder")
 
 
+def foreign_folders(out: Path) -> list:
+    """Names in `out` that look like stage folders (NN-stage, NN-stage.partial) that no edgekit run made: the
+    manifest lists its stages' folders, and a stopped stage's `.partial` holds its `.key`. A run replaces and
+    removes stage folders, so it must never meet one of these (a user's folder, a symlink)."""
+    made = made_here(read_manifest(out / "manifest.json"))
+    return [p.name for p in sorted(out.glob("[0-9][0-9]-*")) if p.name.removesuffix(".partial")[3:] in stages.NAMES
+            and (p.is_symlink() or not p.is_dir() or (p.name not in made and not (p / ".key").is_file()))]
+
+
+def made_here(manifest: dict) -> set:
+    """The stage folders a run's manifest lists: its stages', and an earlier recipe's it has not removed yet."""
+    return ({f"{i:02d}-{s.get('name')}" for i, s in enumerate(manifest.get("stages", []), 1)}
+            | set(manifest.get("earlier_stages", [])))
+
+
 def lock(out: Path, wait_s: float = 0, busy: str = "wait for it to finish or choose another --out"):
     """The run folder's lock, held while a run (or a bench's merge) writes it; `wait_s`: how long to wait for it."""
     handle = open(out / ".lock", "a+")
@@ -159,6 +174,11 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
             check_labels(source, splits.labels, recipe["teacher"])
         prepare_out(out)
         held = lock(out)
+        if foreign := foreign_folders(out):
+            held.close()
+            raise UsageError(f"--out {out} holds {', '.join(foreign)}, named like a stage but not made by an edgekit "
+                             f"run here (no manifest.json lists it); a run would replace it: move it away or choose "
+                             f"another --out")
         if warn:
             tell_data(splits, progress)  # after the checks: a refused run says one line
         try:
@@ -237,6 +257,9 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                 "data": {"source": splits.source, "fingerprint": splits.fingerprint(), "labels": splits.labels,
                          "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
                 "stages": [], "final": None, "budgets": []}
+    ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
+    if earlier := sorted(made_here(previous) - ours):  # removed when this run finishes; listed until then
+        manifest["earlier_stages"] = earlier
     ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"])
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
@@ -295,12 +318,12 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             if d.get("model") in files and files[d["model"]] == before.get(d["model"])}
     if kept:
         manifest["devices"] = kept
-    write_json(out / "manifest.json", manifest)
-    ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
-    for old in sorted(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()):  # an earlier recipe's stages
+    for old in sorted(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()):  # an earlier recipe's stages (run() has
         if old.name.removesuffix(".partial") not in ours and old.name.removesuffix(".partial")[3:] in stages.NAMES:
-            shutil.rmtree(old)
+            shutil.rmtree(old)  # refused to start beside a stage-named folder no run made)
             log(f"removed {old.name}: a stage of an earlier recipe run into this folder", progress)
+    manifest.pop("earlier_stages", None)
+    write_json(out / "manifest.json", manifest)
     return manifest
 
 

@@ -1,6 +1,7 @@
 import fcntl
 import functools
 import json
+import shutil
 
 import pytest
 
@@ -101,12 +102,47 @@ def test_a_different_recipe_into_the_same_folder_removes_the_earlier_recipes_sta
     path, out = tmp_path / "r.yaml", tmp_path / "run"
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "quantize", "evaluate")))
     pipeline.run(recipe.load(str(path)), out, progress=False)
-    (out / "05-prune.partial").mkdir()  # a stopped stage of yet another recipe
+    (out / "05-prune.partial").mkdir()  # a stopped stage of yet another recipe (its .key says a run made it)
+    (out / "05-prune.partial" / ".key").write_text("k")
     (out / "07-notes").mkdir()  # not a stage's name: the user's, kept
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    second, real = recipe.load(str(path)), pipeline.stages.entry
+
+    def stopped(name):  # the new recipe stopped in its second stage: the old stages stay listed until it finishes
+        if name == "evaluate":
+            raise KeyboardInterrupt
+        return real(name)
+    pipeline.stages.entry = stopped
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.run(second, out, progress=False)
+    finally:
+        pipeline.stages.entry = real
+    assert json.loads((out / "manifest.json").read_text())["earlier_stages"] == ["02-quantize", "03-evaluate"]
     m = pipeline.run(recipe.load(str(path)), out, progress=False)
-    assert [s["reused"] for s in m["stages"]] == [True, False]
+    assert [s["reused"] for s in m["stages"]] == [True, False] and "earlier_stages" not in m
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["01-export", "02-evaluate", "07-notes"]
+
+
+def test_a_run_never_replaces_or_removes_a_stage_named_folder_it_did_not_make(model_dir, csv_file, tmp_path):
+    """Was: a user's 07-prune/ or 01-finetune/ in --out deleted without a word; a symlink named like a stage ended a
+    finished run in 'Cannot call rmtree on a symbolic link'."""
+    from edgekit import testing
+    from edgekit.errors import UsageError
+
+    path, out = tmp_path / "r.yaml", tmp_path / "run"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    for name, make in (("07-prune", lambda p: p.mkdir()), ("01-export", lambda p: p.mkdir()),
+                       ("10-bench.partial", lambda p: p.mkdir()), ("03-quantize", lambda p: p.symlink_to(tmp_path))):
+        out.mkdir(exist_ok=True)
+        make(out / name)
+        if not (out / name).is_symlink():
+            (out / name / "notes.txt").write_text("mine")
+        with pytest.raises(UsageError, match=f"holds {name}, named like a stage but not made by an edgekit run here"):
+            pipeline.run(recipe.load(str(path)), out, progress=False)
+        assert (out / name).is_symlink() or (out / name / "notes.txt").read_text() == "mine"
+        assert not (out / "manifest.json").exists()
+        (out / name).unlink() if (out / name).is_symlink() else shutil.rmtree(out / name)
 
 
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):
