@@ -4,7 +4,6 @@
 
     python bench/cli_timing.py artifacts/distilbert-int8 [--repeat 3] [--out bench/results]
 """
-import argparse
 import json
 import statistics
 import subprocess
@@ -13,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from edgekit import cli
 from edgekit.artifact import write_json, write_text
 
 
@@ -27,11 +27,12 @@ def timed(args: list, repeat: int) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", type=Path)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--no-families", action="store_true")
-    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p = cli.Parser(description=cli.description(__doc__))
+    p.add_argument("run", type=Path, help="a finished run folder (artifacts/distilbert-int8)")
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per gate command; the median is kept (default 3)")
+    p.add_argument("--no-families", action="store_true", help="skip the `edgekit compare --families` timing (minutes)")
+    p.add_argument("--out", type=Path, default=Path("bench/results"),
+                   help="folder for cli_timing.json and .md (default bench/results)")
     a = p.parse_args(argv)
     final = a.run / json.loads((a.run / "manifest.json").read_text())["final"]["path"]
     rows = [dict(timed(["gate", str(a.run)], a.repeat), target_s=3.0),

@@ -14,7 +14,6 @@
 
 Writes bench/results/device_runner.json and .md.
 """
-import argparse
 import json
 import shutil
 import statistics
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from edgekit import devices, pipeline  # noqa: E402
+from edgekit import cli, devices, pipeline  # noqa: E402
 from edgekit.artifact import Artifact, write_json, write_text  # noqa: E402
 
 
@@ -120,10 +119,12 @@ def agreement(run: Path, models: dict, sentences: int, tmp: Path) -> dict:
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("run", type=Path)
-    p.add_argument("--sentences", type=int, default=200)
-    p.add_argument("--skip-qemu", action="store_true")
+    p = cli.Parser(description=cli.description(__doc__))
+    p.add_argument("run", type=Path, help="a finished run folder (artifacts/distilbert-int8)")
+    p.add_argument("--sentences", type=int, default=200,
+                   help="test sentences whose arm64 and x86 predictions are compared (default 200)")
+    p.add_argument("--skip-qemu", action="store_true", help="measure start-up and venv size only: no qemu-arm64 root, "
+                                                            "no arm64 against x86 check")
     p.add_argument("--time-root-build", action="store_true", help="build a second qemu root in a temporary cache "
                    "to time it (about 0.4 GB, needs the Debian mirror and the package index)")
     a = p.parse_args()

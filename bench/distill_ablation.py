@@ -9,14 +9,13 @@ settings) and reused on later calls, or taken from a finished run with a finetun
 --max-train training sentences, so the budget is small and the differences between mixes show. Accuracy is on the
 whole test split. Results: bench/results/distill-ablation-<teacher>.json and .md, rewritten after every mix.
 """
-import argparse
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from edgekit import pipeline, recipe as recipes, runtime
+from edgekit import cli, pipeline, recipe as recipes, runtime
 from edgekit.artifact import Artifact, write_json, write_text
 from edgekit.stages import distill, evaluate
 
@@ -45,12 +44,16 @@ def teacher_run(teacher: str, root: Path) -> Path:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--teacher", default="minilm-l6")
-    ap.add_argument("--max-train", type=int, default=3000)
-    ap.add_argument("--epochs", type=float, default=1.0)
-    ap.add_argument("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES))
-    ap.add_argument("--runs", default="artifacts/distill-ablation")
+    ap = cli.Parser(description=cli.description(__doc__))
+    ap.add_argument("--teacher", default="minilm-l6", help="the model fine-tuned as teacher: an asset or a folder "
+                                                           "(default minilm-l6)")
+    ap.add_argument("--max-train", type=int, default=3000,
+                    help="training sentences the students are distilled on (default 3000)")
+    ap.add_argument("--epochs", type=float, default=1.0, help="distillation epochs per mix (default 1)")
+    ap.add_argument("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES),
+                    help="the loss mixes to run (default: all)")
+    ap.add_argument("--runs", default="artifacts/distill-ablation",
+                    help="folder for the teacher and student runs (default artifacts/distill-ablation)")
     ap.add_argument("--teacher-run", default=None, help="a finished run whose finetune stage is the teacher")
     args = ap.parse_args()
     root = Path(args.runs) / args.teacher

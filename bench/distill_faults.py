@@ -8,7 +8,6 @@ from the reference run), so early points land in augmentation, the teacher pass 
 phase 2. Every re-run must exit 0 and match the reference (bench/faults.py's checks: stage metrics, files'
 sha256, final predictions within 1e-3).
 """
-import argparse
 import json
 import os
 import random
@@ -20,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import faults  # noqa: E402  (the kill-and-compare helpers)
 
-from edgekit import testing  # noqa: E402
+from edgekit import cli, testing  # noqa: E402
 from edgekit.artifact import write_json  # noqa: E402
 
 DISTILL = ("{epochs: 2, intermediate_epochs: 1, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5, cosine: 0.0, "
@@ -29,9 +28,11 @@ DISTILL = ("{epochs: 2, intermediate_epochs: 1, lr: 3.0e-3, batch_size: 16, chec
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9])
-    p.add_argument("--out", type=Path, default=Path("bench/results/distill-faults.json"))
+    p = cli.Parser(description=cli.description(__doc__))
+    p.add_argument("--points", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9],
+                   help="where to kill, as fractions of the distill stage's time (default 0.1 0.3 0.5 0.7 0.9)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/distill-faults.json"),
+                   help="the result JSON (default bench/results/distill-faults.json)")
     a = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="edgekit-distill-faults-"))
     os.environ["EDGEKIT_CACHE"] = str(work / "cache")  # the augmented set is cached here, as in a real run

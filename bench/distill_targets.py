@@ -25,13 +25,12 @@ The teacher is fine-tuned once and shared between variants (pipeline's shared st
 bench/results/distill-targets-<teacher>.json and .md, rewritten after every variant. Each row also has both
 models' accuracy on the validation split (`--add-validation` scores the stored rows whose run folders are here).
 """
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from edgekit import data, pipeline, recipe as recipes, runtime
+from edgekit import cli, data, pipeline, recipe as recipes, runtime
 from edgekit.artifact import Artifact, write_json, write_text
 from edgekit.stages import evaluate
 
@@ -75,15 +74,21 @@ def out_of_domain(model_dir: Path, teacher_dir: Path, labels: list) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--teacher", default="mpnet-base")
-    ap.add_argument("--variants", nargs="+", default=["six", "four"], choices=list(VARIANTS))
-    ap.add_argument("--finetune-lr", type=float, default=5e-5)
-    ap.add_argument("--epochs", type=float, default=2.0)
+    ap = cli.Parser(description=cli.description(__doc__))
+    ap.add_argument("--teacher", default="mpnet-base",
+                    help="the model fine-tuned as teacher: an asset or a folder (default mpnet-base)")
+    ap.add_argument("--variants", nargs="+", default=["six", "four"], choices=list(VARIANTS),
+                    help="the students to distill, named above (default six four)")
+    ap.add_argument("--finetune-lr", type=float, default=5e-5, help="the teacher's fine-tuning learning rate "
+                                                                    "(default 5e-5)")
+    ap.add_argument("--epochs", type=float, default=2.0, help="distillation epochs (default 2; a variant that sets "
+                                                              "its own keeps it)")
     ap.add_argument("--student", default=None, help="a model folder or asset name in place of the variant's student "
                     "(e.g. an already fine-tuned minilm-l6); the row is named VARIANT@STUDENT")
-    ap.add_argument("--runs", default="artifacts/distill-targets")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--runs", default="artifacts/distill-targets",
+                    help="folder for the runs, one per teacher (default artifacts/distill-targets)")
+    ap.add_argument("--out", default=None, help="the result JSON (default "
+                                                "bench/results/distill-targets-<teacher>.json)")
     ap.add_argument("--from-run", default=None, help="a finished run with finetune and distill stages")
     ap.add_argument("--add-validation", action="store_true", help="score the students of the stored rows whose "
                     "run folders are still here on the validation split (no training)")

@@ -14,7 +14,6 @@ accuracy comes with the share kept of the teacher's and the 95% paired bootstrap
 A second call with the same folders reuses every finished stage. Writes bench/results/domain-transfer.json,
 bench/results/domain-transfer.md and a bar plot beside them (--out: elsewhere).
 """
-import argparse
 import json
 import random
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from edgekit import data, pipeline, runtime
+from edgekit import cli, data, pipeline, runtime
 from edgekit.artifact import write_json, write_text
 from edgekit.stages import evaluate
 
@@ -32,13 +31,14 @@ from headline import bits, distinct_finals, kept_interval  # bench/headline.py: 
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("base", type=Path, nargs="?", help="a finished run with distill and prune (artifacts/edge-base)")
     p.add_argument("--run", type=Path, help="the transfer run's folder (default: BASE-transfer)")
     p.add_argument("--source", default="vader-amazon",
-                   help="the deployment domain: a two-class dataset labelled positive / negative (vader-amazon, "
-                        "vader-tweets, vader-movie or a local file)")
-    p.add_argument("--out", type=Path, default=Path("bench/results/domain-transfer.json"))
+                   help="the deployment domain: a two-class dataset labelled positive / negative, vader-amazon "
+                        "(default) or a local .csv/.tsv/.jsonl file (columns text, label)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/domain-transfer.json"),
+                   help="the result JSON, its .md and plot beside it (default bench/results/domain-transfer.json)")
     p.add_argument("--render", action="store_true", help="redraw the table and plot from the stored JSON, no runs")
     a = p.parse_args(argv)
     if a.render:

@@ -8,7 +8,6 @@ moment the run announces the stage). The re-run must exit 0, reuse what had fini
 folder, match every file's sha256 in its manifest, and agree with the reference: the same stages, the same
 non-timing metrics, and the same predictions of the final model. Prints `N kills, N resumed, M mismatches`.
 """
-import argparse
 import json
 import math
 import os
@@ -21,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from edgekit import assets, runtime, schemas, testing
+from edgekit import assets, cli, runtime, schemas, testing
 from edgekit.artifact import write_json
 
 STAGES = ("finetune", "distill", "prune", "export", "quantize", "evaluate", "bench")
@@ -88,9 +87,11 @@ def mismatches(reference: Path, run: Path, texts: list) -> list:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=float, nargs="+", default=[0.15, 0.5, 0.85])
-    p.add_argument("--out", type=Path, default=Path("bench/results/faults.json"))
+    p = cli.Parser(description=cli.description(__doc__))
+    p.add_argument("--points", type=float, nargs="+", default=[0.15, 0.5, 0.85],
+                   help="where to kill, as fractions of each stage's time (default 0.15 0.5 0.85)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/faults.json"),
+                   help="the result JSON (default bench/results/faults.json)")
     a = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="edgekit-faults-"))
     model = testing.make_model_dir(work / "teacher")

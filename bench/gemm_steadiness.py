@@ -11,14 +11,13 @@ within a few percent of each other; `spread` = fastest window / slowest.
 
 Writes bench/results/gemm-steadiness.json and .md.
 """
-import argparse
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from edgekit import devices
+from edgekit import cli, devices
 from edgekit.artifact import write_json, write_text
 
 import headline  # bench/headline.py: the same GEMM sessions its peak is measured with
@@ -68,10 +67,11 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("--seconds", type=float, default=4.0, help="back-to-back calls per engine (default 4)")
     p.add_argument("--window", type=int, default=100, help="calls per window (default 100)")
-    p.add_argument("--out", type=Path, default=Path("bench/results/gemm-steadiness.json"))
+    p.add_argument("--out", type=Path, default=Path("bench/results/gemm-steadiness.json"),
+                   help="the result JSON, its .md beside it (default bench/results/gemm-steadiness.json)")
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.window < 1:
         p.error(f"--seconds must be > 0 and --window >= 1 (got {a.seconds}, {a.window})")

@@ -29,7 +29,6 @@ teacher): a bound inside it is one the split cannot tell apart from the artifact
 
 Writes bench/results/headline.json, docs/results.md and docs/results-pareto.png (--out, --docs: elsewhere).
 """
-import argparse
 import functools
 import json
 import os
@@ -42,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import data, devices, gate, pipeline, runtime
+from edgekit import cli, data, devices, gate, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate
 
@@ -55,7 +54,7 @@ TARGETS = {  # issue #9, per recipe: checked on every final artifact; a recipe m
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("runs", nargs="*", type=Path, help="finished runs of edge-base / edge-small (or any recipe)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds (the median over them is kept)")
     p.add_argument("--runs-per-round", dest="timed", type=int, default=50,
@@ -72,6 +71,8 @@ def main(argv=None):
         plot(result["recipes"], pareto(a.docs))
         write_text(a.docs, markdown(result, a.out, pareto(a.docs).name))
         return
+    for run in a.runs:  # a wrong folder stops here, not after the seconds the peak and the conversions take
+        gate.load_manifest(run)
     peak = gemm_peak()
     print(f"INT8 GEMM peak, 1 thread: {peak['measured_gops']} GOPS measured ({peak['theoretical_gops']} theoretical)",
           file=sys.stderr)

@@ -12,7 +12,6 @@ target follows it. This measures both sides on the CPU it runs on:
 
 Writes bench/results/int8-range.json and .md.
 """
-import argparse
 import shutil
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import devices, pipeline, runtime
+from edgekit import cli, devices, pipeline, runtime
 from edgekit.artifact import Artifact, write_json, write_text
 from edgekit.stages import quantize
 
@@ -31,9 +30,10 @@ VARIANTS = [(pc, rr) for pc in (False, True) for rr in (False, True)]
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("runs", type=Path, nargs="+", help="finished run folders with an ONNX export stage")
-    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p.add_argument("--out", type=Path, default=Path("bench/results"),
+                   help="folder for int8-range.json and .md (default bench/results)")
     a = p.parse_args(argv)
     result = {"at": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(),
               "probe": saturation_probe(), "runs": [measure(run.resolve()) for run in a.runs]}

@@ -6,7 +6,6 @@ The best subset is the starting point to distill a shallower student from (disti
 
 Writes bench/results/layer-drop-<keep>.json and .md (subsets best first).
 """
-import argparse
 import itertools
 import json
 import os
@@ -15,16 +14,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from edgekit import data, families, runtime
+from edgekit import cli, data, families, runtime
 from edgekit.stages import evaluate
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cli.Parser(description=cli.description(__doc__))
     ap.add_argument("model", type=Path, help="a fine-tuned model folder")
     ap.add_argument("--keep", type=int, required=True, help="layers to keep")
-    ap.add_argument("--data", default="rt-polarity")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--data", default="rt-polarity", help="the dataset whose validation split scores each subset "
+                                                          "(default rt-polarity)")
+    ap.add_argument("--out", type=Path, default=None, help="the result JSON, its .md beside it (default "
+                                                           "bench/results/layer-drop-<keep>.json)")
     args = ap.parse_args()
     hf = runtime.load(args.model)  # evaluate.accuracy's interface; each subset is swapped in as hf.model
     model = hf.model

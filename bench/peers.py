@@ -8,22 +8,24 @@ and a markdown table.
 
     python bench/peers.py artifacts/distilbert-int8 [--runs 100] [--out bench/results]
 """
-import argparse
 import sys
 from pathlib import Path
 
-from edgekit import devices, pipeline, runtime
+from edgekit import cli, devices, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate, export, quantize
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("run", type=Path, help="a finished run folder (with manifest.json)")
-    p.add_argument("--runs", type=int, default=100)
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--runs", type=int, default=100,
+                   help="timed runs per model per round, and real test sentences timed (default 100)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per input for the fixed-length latency "
+                                                             "(default 128)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median over rounds is reported")
-    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p.add_argument("--out", type=Path, default=Path("bench/results"),
+                   help="folder for peers-<recipe>-<teacher>.json and .md (default bench/results)")
     a = p.parse_args(argv)
     run = a.run.resolve()
     manifest, ctx = pipeline.context_of(run)  # accuracy on the whole test split

@@ -7,11 +7,10 @@ training set. For each: accuracy on the test split, FP32 ONNX latency at sequenc
 
     python bench/prune.py artifacts/distilbert-int8 [--recover-epochs 1] [--out bench/results]
 """
-import argparse
 import sys
 from pathlib import Path
 
-from edgekit import data, families, pipeline, report, runtime
+from edgekit import cli, data, families, pipeline, report, runtime
 from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate, export, prune, quantize
 
@@ -26,13 +25,15 @@ def measure(name: str, hf: Artifact, work: Path, ctx) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", type=Path)
-    p.add_argument("--heads-keep", type=float, default=0.5)
-    p.add_argument("--ffn-keep", type=float, default=0.5)
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--recover-epochs", type=float, default=1.0)
-    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p = cli.Parser(description=cli.description(__doc__))
+    p.add_argument("run", type=Path, help="a finished run folder whose teacher is pruned (artifacts/distilbert-int8)")
+    p.add_argument("--heads-keep", type=float, default=0.5, help="fraction of attention heads kept (default 0.5)")
+    p.add_argument("--ffn-keep", type=float, default=0.5, help="fraction of FFN neurons kept (default 0.5)")
+    p.add_argument("--steps", type=int, default=2, help="pruning steps, each followed by recovery (default 2)")
+    p.add_argument("--recover-epochs", type=float, default=1.0,
+                   help="knowledge-distillation recovery epochs (default 1)")
+    p.add_argument("--out", type=Path, default=Path("bench/results"),
+                   help="folder for prune.json, prune.md and prune-heads.png (default bench/results)")
     a = p.parse_args(argv)
     run = a.run.resolve()
     manifest, ctx = pipeline.context_of(run)

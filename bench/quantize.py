@@ -12,13 +12,12 @@ rounds in clean processes. Accuracy: the whole test split. Checks the targets of
 
     python bench/quantize.py artifacts/distilbert-int8 [--rounds 3] [--runs 50] [--out bench/results]
 """
-import argparse
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from edgekit import pipeline, runtime
+from edgekit import cli, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb, write_json, write_text
 from edgekit.stages import bench, evaluate, export, quantize
 
@@ -40,11 +39,13 @@ VARIANTS = (  # (name, format, quantize settings or None for FP32)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("run", type=Path, help="a finished run folder whose first stage is finetune")
-    p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p.add_argument("--runs", type=int, default=50,
+                   help="timed runs per model per round, and real test sentences timed (default 50)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds (the median is kept; default 3)")
+    p.add_argument("--out", type=Path, default=Path("bench/results"),
+                   help="folder for quantize.json and .md (default bench/results)")
     p.add_argument("--reuse", action="store_true", help="reuse the FP32 exports a previous run left in RUN/bench-quantize")
     p.add_argument("--render", action="store_true", help="recompute ratios and checks from OUT/quantize.json, no runs")
     a = p.parse_args(argv)

@@ -12,7 +12,6 @@ says so and the ratio alone is kept.
 
 Writes bench/results/roofline.json and bench/results/roofline.md.
 """
-import argparse
 import json
 import re
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import devices, latency, runtime
+from edgekit import cli, devices, latency, runtime
 from edgekit.artifact import Artifact, write_json, write_text
 
 import headline  # bench/headline.py: the same GEMM FLOP count and peak
@@ -55,11 +54,12 @@ TFLITE_GEMMS = ("INT8 GEMM", "activation quantization", "FP32 GEMM (attention)")
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = cli.Parser(description=cli.description(__doc__))
     ap.add_argument("runs", nargs="+", type=Path, help="finished runs (bench/headline.py already run on them)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median of their ratios is kept)")
     ap.add_argument("--runs", dest="timed", type=int, default=100, help="timed runs per model per round")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/roofline.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/roofline.json"),
+                    help="the result JSON, its .md beside it (default bench/results/roofline.json)")
     a = ap.parse_args(argv)
     labels = run_labels(a.runs)
     todo = [m for run, label in zip(a.runs, labels) for m in models(run, label)]

@@ -12,7 +12,6 @@ in the same round.
 
 Writes bench/results/shapes.json and .md (or --out PATH.json and PATH.md).
 """
-import argparse
 import json
 import statistics
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from edgekit import data, devices, runtime
+from edgekit import cli, data, devices, runtime
 from edgekit.artifact import write_json
 from edgekit.errors import EdgekitError
 from edgekit.stages.evaluate import accuracy
@@ -51,11 +50,14 @@ def describe(run: Path, splits, ood: list) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.Parser(description=cli.description(__doc__))
     p.add_argument("runs", nargs="+", type=Path, help="run folders; the first is the baseline of the ratios")
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--runs-per-round", dest="timed", type=int, default=200)
-    p.add_argument("--out", type=Path, default=Path("bench/results/shapes.json"))
+    p.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds, the order reversed every other "
+                                                        "one (default 7)")
+    p.add_argument("--runs-per-round", dest="timed", type=int, default=200,
+                   help="timed runs per model per round (default 200)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/shapes.json"),
+                   help="the result JSON, its .md beside it (default bench/results/shapes.json)")
     args = p.parse_args(argv)
     if len(args.runs) < 2 or args.rounds < 1 or args.timed < 1:
         sys.exit("bench/shapes.py: give at least two run folders, --rounds >= 1 and --runs-per-round >= 1")

@@ -114,6 +114,19 @@ def _close_bars() -> None:
         bar.close()
 
 
+class Parser(argparse.ArgumentParser):
+    """A wrong command line in one line, what is wrong and where to read what is allowed, exit 2 (argparse's own
+    error prints the usage block first). add_subparsers(parser_class=Parser) makes the subcommands' parsers too."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def description(doc: str) -> str:
+    """A script's --help description: the first paragraph of its docstring, on one line."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
 def positive(text: str) -> int:
     if not text.lstrip("-").isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number >= 1")
@@ -134,11 +147,11 @@ def _leave_process_group() -> None:
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="edgekit", description="Compress BERT-family text classifiers for edge devices.",
-                                epilog=EXIT_CODES)
+    p = Parser(prog="edgekit", description="Compress BERT-family text classifiers for edge devices.",
+              epilog=EXIT_CODES)
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"edgekit {edgekit.__version__}")
-    sub = p.add_subparsers(dest="command")
+    sub = p.add_subparsers(dest="command", parser_class=Parser)
 
     c = sub.add_parser("compress", help="run a recipe end to end")
     c.add_argument("--recipe", default="distilbert-int8", help="a shipped recipe name or a .yaml path")
@@ -181,13 +194,15 @@ def build_parser():
     rp.set_defaults(func=cmd_report)
 
     cp = sub.add_parser("compare", help="the model-selection table: size, latency, memory, accuracy per model")
-    cp.add_argument("models", nargs="*", help="assets, local folders or config.json files")
+    cp.add_argument("models", nargs="*", help="model assets, transformers folders, config.json files, base shapes "
+                                              "(bert-base, ...) or hub ids")
     cp.add_argument("--families", action="store_true", help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes")
     cp.add_argument("--data", help="a dataset, for the accuracy of task models whose labels match it")
     cp.add_argument("--threads", type=positive, default=1, help="ONNX Runtime threads (default 1)")
     cp.add_argument("--seq-len", type=int, default=128, help="tokens for latency; accuracy inputs are cut there too")
     cp.add_argument("--out", default="artifacts/compare", help="folder for compare.md/.csv/.png "
                                                                 "(default artifacts/compare)")
+    cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.set_defaults(func=cmd_compare)
 
     sw = sub.add_parser("sweep", help="run a recipe over a grid (key=v1,v2 ...), sharing stages; report the Pareto "
@@ -317,7 +332,7 @@ def cmd_compare(args) -> int:
     from edgekit import compare
 
     specs = list(args.models) + (list(compare.FAMILY_CONFIGS) if args.families else [])
-    rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len)
+    rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len, progress=not args.quiet)
     print(compare.markdown(rows), end="")
     print(f"written: {Path(args.out) / 'compare.md'}, compare.csv, compare.png")
     return 0
@@ -375,7 +390,7 @@ def cmd_assets(args) -> int:
     if args.name is not None:
         raise UsageError(f"assets list takes no name (got {args.name!r}); to fetch one: edgekit assets fetch NAME")
     print(f"cache: {assets.cache_dir()}" + (" (EDGEKIT_CACHE)" if "EDGEKIT_CACHE" in os.environ else ""))
-    rows = [(r["name"], r["kind"], "cached" if r["cached"] else "not cached", r["package"], r["about"])
+    rows = [(r["name"], r["kind"], r["state"], r["package"], r["about"])
             for r in assets.listing()]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:

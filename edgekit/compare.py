@@ -44,8 +44,16 @@ def source(spec: str) -> tuple:
         except Exception as e:
             raise EdgekitError(f"{spec} is not a transformers config ({type(e).__name__}: {e}); give a model's "
                                f"config.json")
-    from edgekit.pipeline import resolve_model
+    from edgekit import assets
+    from edgekit.pipeline import model_assets, resolve_model
 
+    path = path.expanduser()
+    if path.exists() and not assets.is_asset(spec) and not (path / "config.json").is_file():
+        what = "a file" if path.is_file() else "a folder without config.json"
+        raise UsageError(f"{spec} is {what}, not a model compare can build; compare takes model assets "
+                         f"({', '.join(model_assets())}), transformers model folders (with config.json), config.json "
+                         f"files, base shapes ({', '.join(FAMILY_CONFIGS)}) or hub ids (org/name); an exported model "
+                         f"file is measured by edgekit bench RUN --model FILE")
     folder = resolve_model(spec).path
     return AutoConfig.from_pretrained(folder), folder
 
@@ -102,7 +110,8 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
     return row
 
 
-def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128) -> list:
+def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128,
+        progress: bool = True) -> list:
     if not specs:
         raise UsageError("compare needs models: asset names, folders, config.json files, or --families")
     if not 2 <= seq_len <= 512:
@@ -117,7 +126,8 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:  # an earlier call's table must not pass for this one's if this one stops
         (out / name).unlink(missing_ok=True)
-    rows = [measure(spec, out / "models", data, threads, seq_len) for spec in tqdm(specs, desc="compare", unit="model")]
+    rows = [measure(spec, out / "models", data, threads, seq_len)
+            for spec in tqdm(specs, desc="compare", unit="model", disable=not progress)]
     write(rows, out, seq_len, threads)
     return rows
 

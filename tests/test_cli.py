@@ -170,7 +170,7 @@ def test_an_error_starts_its_own_line_after_a_progress_bar_and_interrupts_say_wh
 
     from edgekit import compare
 
-    def fails(*args):
+    def fails(*args, **kwargs):
         bar = tqdm(total=10, desc="compare")
         bar.update(3)
         raise EdgekitError("boom")
@@ -180,7 +180,7 @@ def test_an_error_starts_its_own_line_after_a_progress_bar_and_interrupts_say_wh
     err = capsys.readouterr().err
     assert "\nedgekit: error: boom\n" in err and err.count("edgekit: error") == 1
 
-    def interrupted(*args):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(compare, "run", interrupted)

@@ -132,10 +132,39 @@ def test_unknown_labels_and_missing_runtime(exported, alone, tmp_path):
     assert done.returncode == 1 and "ai-edge-litert is not installed" in done.stderr
 
 
-def test_runner_command_line(exported, alone):
-    done = subprocess.run([sys.executable, "-m", "device_bench", str(exported["onnx"]), "--runs", "0"],
+@pytest.mark.parametrize("flags, line", [
+    (["--runs", "0"], "--runs 0: give a whole number >= 1"),
+    (["--threads", "-1"], "--threads -1: give a whole number >= 0"),
+    (["--seq-len", "1"], "--seq-len 1: give a whole number >= 2"),
+    (["--runs", "abc"], "argument --runs: invalid int value: 'abc'"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_wrong_flag_is_one_line_naming_it(exported, alone, flags, line):
+    done = subprocess.run([sys.executable, "-m", "device_bench", str(exported["onnx"]), *flags],
                           capture_output=True, text=True, cwd=alone)
-    assert done.returncode == 2 and "--runs and --batch must be >= 1" in done.stderr
+    assert done.returncode == 2 and done.stderr == f"device_bench: error: {line}; see python -m device_bench --help\n"
+
+
+def test_out_where_no_file_can_go_is_refused_before_the_benchmark_runs(exported, alone):
+    for out, line in ((alone / "missing" / "r.json", f"folder {alone / 'missing'} does not exist; create it"),
+                      (alone, f"--out {alone} is a folder; give the path of the result JSON file")):
+        for model in (exported["onnx"], alone / "nothing.onnx"):  # found before the model is read
+            done = run_runner([str(model), "--out", str(out), "--runs", "2", "--warmup", "0"], cwd=alone)
+            assert done.returncode == 2 and done.stdout == "", done.stderr
+            assert done.stderr.startswith("device_bench: error: --out ") and line in done.stderr
+            assert done.stderr.count("\n") == 1, done.stderr
+    assert sorted(p.name for p in alone.iterdir()) == ["device_bench"]
+
+
+def test_a_result_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path):
+    runner = devices.runner_module()
+    (tmp_path / "taken" / "x").mkdir(parents=True)  # a folder in the way: the rename onto it fails
+    with pytest.raises(runner.BenchError, match="cannot write .*taken"):
+        runner.write_result(tmp_path / "taken", {"complete": True})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_runner_command_line(exported, alone):
     done = subprocess.run([sys.executable, "-m", "device_bench", str(alone / "nothing.onnx")], capture_output=True,
                           text=True, cwd=alone)
     assert done.returncode == 1 and "nothing.onnx" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -176,6 +176,30 @@ def test_compare_checks_every_model_first_and_says_what_it_measured(model_dir, c
     assert (out / "compare.png").is_file()
 
 
+def test_compare_quiet_draws_no_progress_bar(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(compare, "measure", lambda spec, *a, **k: {"model": spec})
+    monkeypatch.setattr(compare, "write", lambda *a, **k: None)
+    assert cli.main(["compare", str(model_dir), "--out", str(tmp_path / "cmp")]) == 0
+    assert "compare: 100%" in capsys.readouterr().err  # the bar, without --quiet
+    assert cli.main(["compare", str(model_dir), "--out", str(tmp_path / "cmp"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_compare_says_what_it_takes_for_a_file_or_folder_it_cannot_build(model_dir, tmp_path, capsys):
+    from edgekit.pipeline import model_assets
+
+    onnx = tmp_path / "run" / "04-quantize" / "model.onnx"
+    onnx.parent.mkdir(parents=True)
+    onnx.write_bytes(b"an exported model")
+    for spec, what in ((onnx, "is a file"), (onnx.parent, "is a folder without config.json")):
+        assert cli.main(["compare", str(model_dir), str(spec), "--out", str(tmp_path / "cmp")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{spec} {what}, not a model compare can build; compare takes model assets " \
+            f"({', '.join(model_assets())}), transformers model folders (with config.json), config.json files, base " \
+            f"shapes ({', '.join(compare.FAMILY_CONFIGS)}) or hub ids" in err, err
+    assert not (tmp_path / "cmp").exists()  # found before anything was measured
+
+
 def test_compare_chart_says_the_sequence_length_and_threads(tmp_path, monkeypatch):
     from edgekit import report
 

@@ -345,12 +345,23 @@ def weights_bytes(model: Path) -> int:
 
 def write_result(path: Path, result: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(result, indent=2))
+        os.replace(tmp, path)
+    except OSError as e:  # a full disk, a folder that went away: one line, and no half-written file left
+        tmp.unlink(missing_ok=True)
+        raise BenchError(f"cannot write {path} ({e.strerror}); free space or give another --out, then run again")
+
+
+class Parser(argparse.ArgumentParser):
+    """A wrong command line in one line (argparse's own error prints the usage block first), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"device_bench: error: {message}; see {self.prog} --help\n")
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="python -m device_bench", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m device_bench", description=__doc__.split("\n")[0])
     p.add_argument("model", help="an .onnx or .tflite file with model.json and its tokenizer beside it")
     p.add_argument("--meta", help="the model.json (default: beside the model)")
     p.add_argument("--data", help="a labelled CSV: accuracy, tokenized here")
@@ -367,16 +378,23 @@ def parser():
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
-    if args.runs < 1 or args.warmup < 0 or args.batch < 1 or args.threads < 0 or args.seq_len < 2:
-        print("device_bench: error: --runs and --batch must be >= 1, --warmup and --threads >= 0, --seq-len >= 2",
-              file=sys.stderr)
-        return 2
+    p = parser()
+    args = p.parse_args(argv)
+    for flag, value, least in (("--runs", args.runs, 1), ("--warmup", args.warmup, 0), ("--batch", args.batch, 1),
+                               ("--threads", args.threads, 0), ("--seq-len", args.seq_len, 2)):
+        if value < least:
+            p.error(f"{flag} {value}: give a whole number >= {least}")
+    out = Path(args.out)  # checked before the benchmark runs, not after it
+    if out.is_dir():
+        p.error(f"--out {args.out} is a folder; give the path of the result JSON file")
+    if not out.absolute().parent.is_dir():
+        p.error(f"--out {args.out}: folder {out.absolute().parent} does not exist; create it or give a path in a "
+                f"folder that exists")
     try:
         model = Path(args.model)
         meta = read_sidecar(model, Path(args.meta) if args.meta else None)
         result = bench(model, meta, args)
-        write_result(Path(args.out), result)
+        write_result(out, result)
     except BenchError as e:
         print(f"device_bench: error: {e}", file=sys.stderr)
         return 1
