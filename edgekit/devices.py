@@ -48,7 +48,10 @@ FIELDS = {
 REQUIRED = {"ssh": ("host",), "adb": ("serial",)}
 LIMITS = {"threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)", "batch": "[1, inf)", "seq_len": "[2, 512]",
           "sentences": "[0, inf)", "timeout_s": "[1, inf)", "port": "[1, 65535]", "connect_timeout": "[1, inf)"}
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # hosts, users, serials: never an option, never shell syntax
+# target names, hosts, users, serials: never an option, never shell syntax (fullmatch: "pi\n" is not one)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+RELEASE = re.compile(r"[a-z][a-z0-9-]*")  # a Debian suite (bookworm, stable): a folder name and debootstrap's argument
+MIRROR = re.compile(r"(https?|file)://\S+")
 RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
 MERGE_WAIT_S = 30  # how long a finished bench waits for the run's lock (another bench merging)
 # what a device's result may hold: every one a finite number >= 0 (accuracy a fraction), or absent
@@ -119,7 +122,7 @@ def load_targets(recipe: dict, targets_file=None) -> dict:
 
 
 def check_target(name: str, spec) -> list:
-    if not NAME.match(name) or ".." in name:  # names go into folders that are removed: /tmp/edgekit-bench-NAME
+    if not NAME.fullmatch(name) or ".." in name:  # names go into folders that are removed: /tmp/edgekit-bench-NAME
         return [f"target name {name!r} may hold only letters, digits, '.', '_' and '-' (no '/' nor '..')"]
     if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
         return [f"target {name}: kind must be one of {', '.join(KINDS)}"]
@@ -136,8 +139,14 @@ def check_target(name: str, spec) -> list:
                for k in REQUIRED.get(spec["kind"], ()) if k not in spec]
     if spec["kind"] == "qemu-arm64" and spec.get("cpu", "cortex-a72") not in CPUS:
         errors.append(f"target {name}: cpu {spec['cpu']!r}; emulated CPUs: {', '.join(CPUS)}")
+    if isinstance(spec.get("release"), str) and not RELEASE.fullmatch(spec["release"]):
+        errors.append(f"target {name}: release {spec['release']!r} must be a Debian suite name (lower-case letters, "
+                      f"digits and '-', starting with a letter); use one such as bookworm")
+    if isinstance(spec.get("mirror"), str) and not MIRROR.fullmatch(spec["mirror"]):
+        errors.append(f"target {name}: mirror {spec['mirror']!r} must be an http://, https:// or file:// URL; use "
+                      f"one such as http://deb.debian.org/debian")
     for key in ("host", "user", "serial"):
-        if isinstance(spec.get(key), str) and not NAME.match(spec[key]):
+        if isinstance(spec.get(key), str) and not NAME.fullmatch(spec[key]):
             errors.append(f"target {name}: {key} {spec[key]!r} may hold only letters, digits, '.', '_' and '-'")
     workdir = spec.get("workdir")
     if isinstance(workdir, str) and not workdir.startswith("/"):  # "" would make /job; "~" is not expanded
@@ -508,7 +517,7 @@ CPUS = {"cortex-a72": ("0xd08", "fp asimd evtstrm crc32 cpuid"),  # Raspberry Pi
                                 "lrcpc dcpop asimddp")}  # Raspberry Pi 5
 
 
-def qemu_root(spec: dict, progress: bool = True) -> Path:
+def qemu_root(spec: dict, progress: bool = True, name: str = "qemu-arm64") -> Path:
     """A Debian arm64 root with python3 and the runner's aarch64 wheels, built once into the cache (through a temp
     folder and a rename). debootstrap's first stage (--foreign) fetches the packages; they are unpacked with the
     host's dpkg-deb, since without binfmt_misc the arm64 second stage cannot run its maintainer scripts."""
@@ -517,7 +526,7 @@ def qemu_root(spec: dict, progress: bool = True) -> Path:
         return root
     for tool, package in (("debootstrap", "debootstrap"), ("dpkg-deb", "dpkg"), (QEMU, "qemu-user-static")):
         if not shutil.which(tool):
-            raise EdgekitError(f"target qemu-arm64 needs {tool}; apt-get install -y {package}")
+            raise EdgekitError(f"target {name} needs {tool}; apt-get install -y {package}")
     tmp = root.with_name(root.name + f".{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -526,10 +535,10 @@ def qemu_root(spec: dict, progress: bool = True) -> Path:
     steps = tqdm(total=4, desc="qemu-arm64 root", disable=not progress)
     try:
         run_step(["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase", "--include=python3", release,
-                  str(tmp), mirror], "debootstrap (needs the Debian mirror)")
+                  str(tmp), mirror], "debootstrap (needs the Debian mirror)", name)
         steps.update()
         for deb in sorted((tmp / "var/cache/apt/archives").glob("*.deb")):
-            run_step(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}")
+            run_step(["dpkg-deb", "-x", str(deb), str(tmp)], f"unpacking {deb.name}", name)
             deb.unlink()
         shutil.copy(QEMU, tmp / "usr/bin")
         steps.update()
@@ -538,7 +547,7 @@ def qemu_root(spec: dict, progress: bool = True) -> Path:
                 "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
         for p in WHEEL_PLATFORMS:
             argv += ["--platform", p]
-        run_step(argv + reqs, "pip download of the aarch64 wheels (needs the package index)")
+        run_step(argv + reqs, "pip download of the aarch64 wheels (needs the package index)", name)
         steps.update()
         import zipfile
 
@@ -569,11 +578,11 @@ def qemu_root_dir(spec: dict) -> tuple:
     return assets.cache_dir() / "qemu-arm64" / f"{release}-{key}", release, mirror, reqs
 
 
-def run_step(argv: list, what: str) -> None:
+def run_step(argv: list, what: str, name: str = "qemu-arm64") -> None:
     done = subprocess.run(argv, capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or "no message").splitlines()[-1]
-        raise EdgekitError(f"target qemu-arm64: {what} failed ({last[:200]}); the root was not kept, run again")
+        raise EdgekitError(f"target {name}: {what} failed ({last[:200]}); the root was not kept, run again")
 
 
 def qemu_argv(root: Path, job: str, spec: dict) -> list:
@@ -600,7 +609,7 @@ def run_qemu(name: str, spec: dict, job: Path, progress: bool = True) -> dict:
     if os.geteuid() != 0:
         raise EdgekitError(f"target {name}: qemu-arm64 runs the runner in a chroot, which needs root; run as root "
                            f"(or in a container where you are root)")
-    root = qemu_root(spec, progress)
+    root = qemu_root(spec, progress, name)
     describe_cpu(root, spec.get("cpu", "cortex-a72"))
     inside = Path("/opt/jobs") / f"{name}-{os.getpid()}"
     shutil.rmtree(root / inside.relative_to("/"), ignore_errors=True)

@@ -544,7 +544,7 @@ def check_length(max_length: int, config, what: str) -> None:
 def on_disk(spec: str):
     """The folder of a model already on disk (a local folder, checked whole, or a fetched asset); None for a hub id
     or an asset not fetched yet: nothing is fetched. A path that is not there is refused."""
-    there = (assets.cache_dir() / spec / assets.READY).is_file() if assets.is_asset(spec) \
+    there = assets.cached_ok(spec) if assets.is_asset(spec) \
         else Path(spec).expanduser().exists() or looks_local(spec)  # a path that is not there: resolve_model says so
     return resolve_model(spec).path if there else None
 

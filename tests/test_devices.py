@@ -112,6 +112,14 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "ssh", "host": "pi", "workdir": ""}, "workdir '' must be an absolute path"),  # was rm -rf /job
     ({"kind": "ssh", "host": "pi", "workdir": "~/bench"}, "use an absolute path such as /home/pi/edgekit-bench"),
     ({"kind": "adb", "serial": "R58", "workdir": "bench"}, "workdir 'bench' must be an absolute path"),
+    ({"kind": "ssh", "host": "pi\n"}, "host 'pi.n' may hold only letters"),  # `$` matched before the newline
+    ({"kind": "ssh", "host": "pi", "user": "pi\n"}, "user 'pi.n' may hold only letters"),
+    ({"kind": "adb", "serial": "R58\n"}, "serial 'R58.n' may hold only letters"),
+    ({"kind": "qemu-arm64", "release": "../x"}, "target t: release '../x' must be a Debian suite name"),  # was a root
+    ({"kind": "qemu-arm64", "release": "--no-check-gpg"}, "use one such as bookworm"),  # outside the cache; an option
+    ({"kind": "qemu-arm64", "release": "bookworm\n"}, "release 'bookworm.n' must be a Debian suite name"),
+    ({"kind": "qemu-arm64", "mirror": "--no-check-gpg"}, "mirror '--no-check-gpg' must be an http://, https://"),
+    ({"kind": "qemu-arm64", "mirror": "ftp://deb.debian.org/debian"}, "use one such as http://deb.debian.org/debian"),
 ])
 def test_targets_are_validated(tmp_path, spec, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
@@ -373,11 +381,36 @@ def test_staged_test_split_carries_label_names_the_runner_reads_back(tmp_path, m
     assert list(zip(texts, ids)) == [tuple(e) for e in ctx.splits.test]
 
 
-@pytest.mark.parametrize("name", ["../etc", "a/b", "..", "x..y", "-oops", "pi 4"])
+@pytest.mark.parametrize("name", ["../etc", "a/b", "..", "x..y", "-oops", "pi 4", "pi\n"])
 def test_target_names_that_could_leave_their_folder_are_refused(tmp_path, name):
     """A name goes into /tmp/edgekit-bench-NAME and the qemu job folder, which are removed."""
     with pytest.raises(UsageError, match="may hold only letters, digits, '.', '_' and '-'"):
         devices.load_targets({}, targets_file(tmp_path, {name: {"kind": "local"}}))
+
+
+def test_valid_qemu_release_and_mirror_are_accepted(tmp_path):
+    found = devices.load_targets({}, targets_file(tmp_path, {
+        "a": {"kind": "qemu-arm64", "release": "bookworm", "mirror": "https://deb.debian.org/debian"},
+        "b": {"kind": "qemu-arm64", "release": "stable-backports", "mirror": "file:///srv/mirror"}}))
+    assert set(found) == {"a", "b"}
+
+
+def test_a_qemu_root_failure_names_the_target_and_keeps_nothing(tmp_path, monkeypatch):
+    """debootstrap gets the release as its first argument after the options; a failure names the target (it said
+    `target qemu-arm64` for every qemu target)."""
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "debootstrap"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {tmp_path / 'argv'}\necho 'E: no such suite' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(devices.shutil, "which", lambda tool: tool)  # dpkg-deb and qemu need not be installed
+    with pytest.raises(EdgekitError, match=r"^target q1: debootstrap \(needs the Debian mirror\) failed "
+                                           r"\(E: no such suite\); the root was not kept"):
+        devices.qemu_root({"kind": "qemu-arm64", "release": "trixie"}, progress=False, name="q1")
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[4] == "trixie" and argv[5].startswith(str(tmp_path / "cache" / "qemu-arm64" / "trixie-"))
+    assert list((tmp_path / "cache" / "qemu-arm64").iterdir()) == []
 
 
 # ---------------------------------------------------------------- fake ssh and adb: devices that misbehave

@@ -47,3 +47,47 @@ def test_augmentation_keys_its_cache_on_pytorch_model_bin_weights(model_dir, csv
     monkeypatch.setattr(augment, "embedding_neighbours", lambda *a: called.append(1) or real(*a))
     augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
     assert called
+
+
+@pytest.mark.parametrize("damage", [
+    lambda text: text[:50],  # cut short: was a JSONDecodeError traceback on every later run
+    lambda text: "[]",
+    lambda text: '{"source": "mlm", "examples": [["a sentence", 7]]}',  # a label these sentences do not have
+    lambda text: '{"source": "mlm", "examples": "ab"}',
+    lambda text: "\udcff",  # not UTF-8
+], ids=["cut-short", "a-list", "foreign-label", "examples-not-a-list", "not-utf8"])
+def test_a_damaged_augmentation_cache_entry_is_made_again(model_dir, csv_file, tmp_path, monkeypatch, damage):
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    tok, examples = families.load_tokenizer(model_dir), data.load(str(csv_file)).train[:20]
+    first = augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False)
+    [entry] = (tmp_path / "cache" / "augment").glob("*.json")
+    good = entry.read_text()
+    entry.write_bytes(damage(good).encode("utf-8", "surrogateescape"))
+    assert augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False) == first
+    assert entry.read_text() == good  # overwritten with the set made again
+
+
+def test_an_unwritable_augmentation_cache_is_skipped_with_one_line(model_dir, csv_file, tmp_path, monkeypatch,
+                                                                   capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("EDGEKIT_CACHE", str(blocker / "cache"))  # cannot be made: was an error ending the stage
+    tok, examples = families.load_tokenizer(model_dir), data.load(str(csv_file)).train[:20]
+    extra, source = augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False)
+    assert source == "embedding" and extra
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot write the augmentation cache {blocker / 'cache' / 'augment'}" in err[0]
+    assert "EDGEKIT_CACHE" in err[0]
+
+
+def test_a_failed_augmentation_cache_write_leaves_no_temp_file(model_dir, csv_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    tok, examples = families.load_tokenizer(model_dir), data.load(str(csv_file)).train[:20]
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(augment.os, "replace", full)
+    assert augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False)[0]
+    assert list((tmp_path / "cache" / "augment").iterdir()) == []
+    assert "No space left on device" in capsys.readouterr().err

@@ -150,12 +150,23 @@ def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,
     for b in buckets:
         args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))
         converter = (litert_torch if converter is None else converter).signature(f"seq{b}", wrapper, args)
-    tmp = path.with_suffix(".tflite.tmp")
-    with warnings.catch_warnings(), native.hidden_output():  # its [START]/[DONE] steps and the converter's native
-        warnings.simplefilter("ignore")  # log went among the results of `edgekit compress`; errors still raise
-        converter.convert().export(str(tmp))
-    os.replace(tmp, path)
+    with through_temp(path, ".tflite.tmp") as tmp, warnings.catch_warnings(), native.hidden_output():
+        warnings.simplefilter("ignore")  # its [START]/[DONE] steps and the converter's native log went among the
+        converter.convert().export(str(tmp))  # results of `edgekit compress`; errors still raise
     return applied
+
+
+@contextlib.contextmanager
+def through_temp(path: Path, suffix: str):
+    """The temp file (`path` with `suffix`) a writer fills, renamed onto `path` when the block ends without an error
+    and removed when it does not (a full disk, Ctrl-C): a reader sees the old file or the new one, and no half-written
+    file stays behind (as artifact.write_json)."""
+    tmp = path.with_suffix(suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"], int32: bool = False):
@@ -352,12 +363,11 @@ def fold_token_types(model):
 def to_torchscript(model, sample: tuple, path: Path) -> None:
     """Trace `model` to TorchScript: input_ids and attention_mask in, logits out."""
     model.config._attn_implementation = "eager"
-    tmp = path.with_suffix(".pt.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
-    torch.jit.save(traced, str(tmp))
-    os.replace(tmp, path)
+    with through_temp(path, ".pt.tmp") as tmp:
+        torch.jit.save(traced, str(tmp))
 
 
 def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", opset: int = 17, max_length: int = 512,
@@ -366,9 +376,8 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
     (`additive_mask`: the model is fed the additive float mask, see `rewrite`)."""
     model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul: the pattern runtimes fuse
     wrapper = _Logits(model, additive_mask=additive_mask).eval()
-    tmp = path.with_suffix(".onnx.tmp")
     names = {"input_names": ["input_ids", "attention_mask"], "output_names": ["logits"], "opset_version": opset}
-    with warnings.catch_warnings():
+    with through_temp(path, ".onnx.tmp") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporters' own deprecation chatter is not the user's concern
         if exporter == "dynamo":
             batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_length)
@@ -379,7 +388,6 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
             axes = {0: "batch", 1: "sequence"}
             torch.onnx.export(wrapper, sample, str(tmp), dynamo=False, **names,
                               dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}})
-    os.replace(tmp, path)
 
 
 def infer_shapes(model):
@@ -428,9 +436,8 @@ def fixed_reshapes(path: Path, sample: tuple) -> int:
              ((ids, mask), (ids[:1, :-1], mask[:1, :-1]), (np.tile(ids, (2, 1)), np.tile(mask, (2, 1))))]
     if not fixed or not same_logits(original, model, feeds):
         return 0
-    tmp = path.with_suffix(".onnx.tmp")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
+    with through_temp(path, ".onnx.tmp") as tmp:
+        onnx.save(model, str(tmp))
     return fixed
 
 
