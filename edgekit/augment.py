@@ -25,9 +25,7 @@ from edgekit import assets
 def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k: int, seed: int,
             progress: bool = True) -> tuple:
     """(augmented [(text, label)] without the originals, how replacements were found: mlm or embedding)."""
-    folder = Path(model_dir)  # its weights in whichever files it has: safetensors, or pytorch_model*.bin
-    weights = [assets.sha256_file(w) for pattern in ("*.safetensors", "pytorch_model*.bin")
-               for w in sorted(folder.glob(pattern))]
+    weights = [assets.sha256_file(w) for w in sorted(Path(model_dir).glob("*.safetensors"))]  # never a pickle
     weights = weights[0] if len(weights) == 1 else weights  # one file: the key caches made before this had
     key = hashlib.sha256(json.dumps([weights, examples, copies, p, k, seed]).encode()).hexdigest()
     cache = assets.cache_dir() / "augment" / f"{key[:32]}.json"
@@ -139,7 +137,8 @@ def masked_lm(model_dir: Path):
         config = AutoConfig.from_pretrained(model_dir)
         if getattr(config, "edgekit_shapes", None):
             return None
-        model, info = AutoModelForMaskedLM.from_pretrained(model_dir, config=config, output_loading_info=True)
+        model, info = AutoModelForMaskedLM.from_pretrained(model_dir, config=config, output_loading_info=True,
+                                                          use_safetensors=True)
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
     head = [k for k in info["missing_keys"] if "embeddings" not in k and "encoder" not in k]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit import assets
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 
 DATASETS = ("rt-polarity", "vader-amazon", "tweets-3class")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
@@ -188,7 +188,7 @@ def unlabelled(source: str, examples: int, seed: int = 0, exclude=()) -> list:
         except UnicodeDecodeError:
             raise EdgekitError(f"transfer file {source} is not UTF-8 text; convert it to UTF-8")
     else:
-        raise EdgekitError(f"transfer source '{source}' is not tweets-3class nor a local .txt file; give one of them "
+        raise UsageError(f"transfer source '{source}' is not tweets-3class nor a local .txt file; give one of them "
                            f"(one text per line)")
     key = lambda t: " ".join(t.lower().split())  # noqa: E731
     seen, kept = {key(t) for t in exclude}, []
@@ -226,13 +226,13 @@ def check_source(source: str) -> None:
     if source in DATASETS:
         return
     if assets.is_asset(source):
-        raise EdgekitError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
+        raise UsageError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
     path = Path(source)
     if not path.is_file():
-        raise EdgekitError(f"dataset {path} not found; give {', '.join(DATASETS)} or a local "
+        raise UsageError(f"dataset {path} not found; give {', '.join(DATASETS)} or a local "
                            f"{'/'.join(FILE_SUFFIXES)} file")
     if path.suffix not in FILE_SUFFIXES:
-        raise EdgekitError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
+        raise UsageError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
 
 
 def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> tuple:
@@ -289,9 +289,9 @@ def _check_columns(path: Path, columns: list, used: tuple) -> None:
     for col, setting in zip(used, ("text_column", "label_column", "split_column")):  # _read_file's order
         if col not in columns:
             if near := [c for c in columns if str(c).strip().lower() == col.strip().lower()]:
-                raise EdgekitError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
+                raise UsageError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
                                    f"as '{col}', or set data.{setting} to {near[0]!r}")
-            raise EdgekitError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(repr, columns))}; "
+            raise UsageError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(repr, columns))}; "
                                f"set data.text_column / data.label_column / data.split_column")
         where = [str(i) for i, c in enumerate(columns, 1) if c == col]
         if len(where) > 1:

@@ -110,12 +110,12 @@ def load_model(path, labels=None):
         return model.eval()
     if labels is None or old == list(labels):
         with torch.device("cpu"):
-            return AutoModelForSequenceClassification.from_pretrained(path).eval()
+            return AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True).eval()
     labels = list(labels)
     with torch.device("cpu"):
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
-            ignore_mismatched_sizes=True, output_loading_info=True)
+            ignore_mismatched_sizes=True, output_loading_info=True, use_safetensors=True)  # never a pickle
     head = [m for n, m in model.named_children() if n != model.base_model_prefix]
     fresh = [k if isinstance(k, str) else k[0] for k in [*info["missing_keys"], *info.get("mismatched_keys", ())]]
     loaded = not any(k.split(".")[0] != model.base_model_prefix for k in fresh)  # the folder had this head
@@ -136,11 +136,11 @@ def load_model(path, labels=None):
     return model.eval()
 
 
-def load_tokenizer(path):
+def load_tokenizer(path, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     quiet_transformers()
-    return AutoTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)  # never a folder's own code
 
 
 def save_model(model, tokenizer, out: Path):

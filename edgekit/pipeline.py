@@ -53,7 +53,12 @@ def resolve_model(spec: str) -> Artifact:
         if not isinstance(config, dict) or not config.get("model_type"):
             raise EdgekitError(f"{path / 'config.json'} names no model_type (bert, roberta, ...); restore it from "
                                f"where the model came (model.save_pretrained(folder) writes it)")
-        if not _has(path, "*.safetensors", "pytorch_model*.bin"):
+        if not _has(path, "*.safetensors"):
+            if _has(path, "pytorch_model*.bin"):  # a pickle can run code as it loads: never opened here
+                raise EdgekitError(f"{path} holds its weights only as pytorch_model.bin, a pickle, which edgekit does "
+                                   f"not load; if you trust the file, convert it once: python -c \"from transformers import "
+                                   f"AutoModelForSequenceClassification as M; M.from_pretrained('{path}')"
+                                   f".save_pretrained('{path}')\" (writes model.safetensors)")
             raise EdgekitError(f"{path} has no weights (model.safetensors); save the model into it "
                                f"(model.save_pretrained(folder))")
         for weights in sorted(path.glob("*.safetensors")):  # a cut-short copy fails here, not inside a stage
@@ -67,6 +72,7 @@ def resolve_model(spec: str) -> Artifact:
         if not _has(path, *TOKENIZER_FILES):  # transformers would make up a tokenizer of 5 special tokens
             raise EdgekitError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the model's "
                                f"tokenizer into it (tokenizer.save_pretrained(folder))")
+        readable(path)
         return Artifact(path.resolve(), "hf")
     if looks_local(spec):  # a path, not a hub id: asking the hub would only hide the typo
         raise UsageError(f"model '{spec}': no such folder ({path.absolute()}); give a transformers model folder, "
@@ -78,6 +84,26 @@ def resolve_model(spec: str) -> Artifact:
     except Exception as e:
         raise EdgekitError(f"model '{spec}' is not an asset or a local folder, and the model hub could not provide it "
                            f"({type(e).__name__}); offline model assets: {', '.join(model_assets())}")
+
+
+def readable(path: Path) -> None:
+    """A local model folder's config and tokenizer open with transformers, and the family is one edgekit knows (each
+    failed inside a stage with a traceback: wrong types in config.json, a config that asks to run the folder's own
+    code, a cut-short tokenizer.json)."""
+    from transformers import AutoConfig
+
+    for what, load in (("config.json", AutoConfig.from_pretrained), ("tokenizer", families.load_tokenizer)):
+        try:
+            loaded = load(path, trust_remote_code=False)  # raises, where None would ask on the terminal
+        except Exception as e:  # transformers raises many kinds here; each is a damaged or foreign folder
+            if "trust_remote_code" in str(e):
+                raise EdgekitError(f"{path} needs its own code to load (trust_remote_code), which edgekit never runs; "
+                                   f"give a model of a family transformers ships: {', '.join(families.FAMILIES)}")
+            reason = " ".join(str(e).split())[:200]
+            raise EdgekitError(f"{path}: the {what} cannot be read ({type(e).__name__}: {reason}); restore the folder "
+                               f"from where the model came (model.save_pretrained / tokenizer.save_pretrained)")
+        if what == "config.json":
+            families.family(loaded)
 
 
 def looks_local(spec: str) -> bool:

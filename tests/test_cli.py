@@ -300,6 +300,9 @@ def test_what_was_read_is_told_and_labels_that_look_alike_are_warned_about(model
     (["assets", "fetch"], "assets fetch needs a NAME from: minilm-l6"),  # was "...; got None"
     (["recipes", "show", "distilbert-int8.yaml"], "the shipped recipe is named distilbert-int8 (no .yaml)"),
     (["compare", "minilm-l6", "--seq-len", "0"], "--seq-len 0: give a sequence length in [2, 512]"),  # was exit 1
+    (["compress", "--dry-run", "--data", "/no/such.csv"], "dataset /no/such.csv not found"),  # these four: exit 1,
+    (["compress", "--dry-run", "--data", "nosuchset"], "dataset nosuchset not found"),  # where --teacher /x was 2
+    (["compress", "--dry-run", "--data", "minilm-l6"], "asset 'minilm-l6' is a model, not a dataset"),
 ])
 def test_small_usage_mistakes_exit_2_and_say_what_to_do(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -343,3 +346,8 @@ def test_a_closed_stderr_keeps_the_exit_code_and_stdout_clean(tmp_path, monkeypa
     monkeypatch.setattr(sys, "stderr", Closed())
     assert cli.main(["compress", "--recipe", "no-such-recipe"]) == 2
     assert cli.main(["-v", "compress", "--recipe", "no-such-recipe"]) == 2
+
+
+def test_a_data_column_the_file_lacks_is_a_wrong_recipe_exit_2(csv_file, capsys):
+    assert cli.main(["compress", "--dry-run", "--data", str(csv_file), "data.text_column=sentence"]) == 2  # was 1
+    assert "has no column 'sentence'; columns: 'text', 'label'" in capsys.readouterr().err

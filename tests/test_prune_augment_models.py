@@ -1,5 +1,4 @@
-"""Augmentation (distill.augment) on teachers the other stages make or accept: a pruned model, a folder whose
-weights are pytorch_model.bin."""
+"""Augmentation (distill.augment) on teachers the other stages make: a pruned model; its cache."""
 import pytest
 import torch
 
@@ -27,26 +26,6 @@ def test_augmentation_with_a_pruned_teacher_takes_neighbours_among_the_kept_piec
     expected = {w: sorted((t for t in kept if t != w), key=lambda t: -float(table[vocab[w]] @ table[vocab[t]]))[:3]
                 for w in words - {"q"}}
     assert augment.embedding_neighbours(teacher, tok, words, 3) == expected
-
-
-def test_augmentation_keys_its_cache_on_pytorch_model_bin_weights(model_dir, csv_file, tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
-    folder = tmp_path / "bin"
-    testing.make_model_dir(folder)
-    (folder / "model.safetensors").unlink()
-    torch.save(families.load_model(model_dir).state_dict(), folder / "pytorch_model.bin")
-    tok, examples = families.load_tokenizer(folder), data.load(str(csv_file)).train[:20]
-    extra, source = augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
-    assert source == "embedding" and extra
-    real = augment.embedding_neighbours
-    monkeypatch.setattr(augment, "embedding_neighbours", lambda *a: pytest.fail("the cached set was not used"))
-    assert augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False) == (extra, source)
-    torch.save(families.load_model(testing.make_model_dir(tmp_path / "other", seed=1)).state_dict(),
-               folder / "pytorch_model.bin")  # other weights: another key
-    called = []
-    monkeypatch.setattr(augment, "embedding_neighbours", lambda *a: called.append(1) or real(*a))
-    augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
-    assert called
 
 
 @pytest.mark.parametrize("damage", [

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -110,6 +111,62 @@ def test_a_damaged_model_folder_is_one_line_not_a_traceback(model_dir, tmp_path)
     (cut / "config.json").write_text("{}")
     with pytest.raises(EdgekitError, match="config.json names no model_type"):
         runtime.load(cut)
+
+
+@pytest.mark.parametrize("damage, message", [  # each was a traceback from inside the first stage, or from --dry-run
+    (lambda d: (d / "config.json").write_text(json.dumps(dict(json.loads((d / "config.json").read_text()),
+                                                              num_hidden_layers="four"))),
+     "the config.json cannot be read (StrictDataclassFieldValidationError"),
+    (lambda d: (d / "config.json").write_text(json.dumps(dict(json.loads((d / "config.json").read_text()),
+                                                              model_type="mine", auto_map={"AutoConfig": "mine.C"}))),
+     "needs its own code to load (trust_remote_code), which edgekit never runs"),
+    (lambda d: (d / "tokenizer.json").write_text('{"version": "1.0", "trunc'), "the tokenizer cannot be read"),
+    (lambda d: (d / "config.json").write_text(json.dumps(dict(json.loads((d / "config.json").read_text()),
+                                                              model_type="gpt2"))),
+     "model type 'gpt2' is not supported; supported: bert"),
+], ids=["config-types", "custom-code", "tokenizer-cut", "other-family"])
+def test_a_foreign_or_damaged_model_folder_is_refused_in_one_line_before_anything_runs(model_dir, tmp_path, damage,
+                                                                                        message):
+    import shutil
+
+    from edgekit import pipeline
+
+    folder = tmp_path / "m"
+    shutil.copytree(model_dir, folder)
+    damage(folder)
+    (folder / "mine.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")  # custom code that must never run
+    with pytest.raises(EdgekitError, match=re.escape(message)):
+        pipeline.resolve_model(str(folder))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_pickle_only_model_folder_is_never_unpickled(model_dir, tmp_path):
+    """The rule: no pickles from files when a safe format exists. A hostile pytorch_model.bin was handed to
+    torch.load (stopped only by its weights-only unpickler, with a traceback); a harmless one was loaded."""
+    import os
+    import shutil
+
+    import torch
+
+    from edgekit import families, pipeline
+
+    folder = tmp_path / "bin"
+    shutil.copytree(model_dir, folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(families.load_model(model_dir).state_dict(), folder / "pytorch_model.bin")
+    with pytest.raises(EdgekitError, match="holds its weights only as pytorch_model.bin, a pickle, which edgekit does "
+                                           "not load; if you trust the file, convert it once"):
+        pipeline.resolve_model(str(folder))
+
+    class Hostile:
+        def __reduce__(self):
+            return os.makedirs, (str(tmp_path / "ran"),)
+    torch.save({"x": Hostile()}, folder / "pytorch_model.bin")
+    with pytest.raises(EdgekitError, match="a pickle, which edgekit does not load"):
+        pipeline.resolve_model(str(folder))
+    with pytest.raises(Exception):  # below the folder check too: transformers is told safetensors only
+        families.load_model(folder)
+    assert not (tmp_path / "ran").exists()
 
 
 def test_a_run_folder_or_its_manifest_loads_the_final_model(tiny_recipe, tmp_path):
