@@ -63,6 +63,14 @@ def unnamed(labels: list) -> bool:
     return list(labels) == [f"LABEL_{i}" for i in range(len(labels))]
 
 
+def named(model, labels: list):
+    """`model` with the data's label names where its head's were never named (LABEL_0, ...): a teacher used without
+    a finetune stage (pipeline.check_labels takes such labels in order), so that what a run writes says neg / pos."""
+    if labels and unnamed(label_names(model.config)) and model.config.num_labels == len(labels):
+        model.config.id2label, model.config.label2id = dict(enumerate(labels)), {n: i for i, n in enumerate(labels)}
+    return model
+
+
 def max_tokens(config) -> int:
     """The longest input the position table takes (RoBERTa and MPNet start positions after the padding id)."""
     offset = 2 if config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet") else 0

@@ -294,3 +294,18 @@ def test_a_teacher_labelled_otherwise_needs_a_finetune_stage(tmp_path, model_dir
     assert not (tmp_path / "run").exists()  # refused before anything is written
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("finetune", "export", "evaluate")))
     edgekit.compress(str(path), out=tmp_path / "run", progress=False)  # finetune re-heads it: runs
+
+
+def test_a_teacher_with_unnamed_labels_used_without_finetune_gives_artifacts_the_datas_names(model_dir, csv_file,
+                                                                                          tmp_path):
+    """Was: every model.json said LABEL_0 / LABEL_1, and device_bench refused the run's own data file."""
+    from edgekit import testing
+
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("distill", "export")))
+    m = pipeline.run(recipe.load(str(path), ["distill.epochs=0.2"]), tmp_path / "run", progress=False)
+    student = json.loads((tmp_path / "run" / "01-distill" / "model" / "config.json").read_text())
+    exported = json.loads((tmp_path / "run" / "02-export" / "model.json").read_text())
+    assert m["data"]["labels"] == ["neg", "pos"] and list(student["id2label"].values()) == ["neg", "pos"]
+    assert exported["labels"] == ["neg", "pos"]
+    assert edgekit.load(tmp_path / "run")(["a good film"])["labels"][0] in ("neg", "pos")

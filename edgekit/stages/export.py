@@ -53,7 +53,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         raise EdgekitError(problem)
     if "tflite" in formats:
         buckets = sorted(set(buckets) | {ctx.max_length})
-    model = families.load_model(artifact.path)
+    model = families.named(families.load_model(artifact.path), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     reference = runtime.HFModel(artifact.path)
     outputs = {}

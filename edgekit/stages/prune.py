@@ -38,7 +38,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input", transfer: str = "",
         transfer_examples: int = 10000) -> Artifact:
-    model = families.load_model(artifact.path)
+    model = families.named(families.load_model(artifact.path), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     if hidden_keep < 1:
         families.hidden_parts(model)  # a family it supports, before any work
