@@ -267,7 +267,7 @@ def measure(value) -> bool:
 def bound_problem(metric: str, bound: float) -> str:
     """'' for a bound a metric can meet; every metric is a number >= 0, accuracies are fractions."""
     if not measure(bound):
-        return f"budget {metric} {bound:g}: give a number >= 0"
+        return f"budget {metric} {bound:g}: give a finite number >= 0"
     if metric in FRACTIONS and bound > 1.5:
         return f"budget {metric} {bound:g} is not a fraction: 0.97 means 97%; give for example {metric} >= 0.97"
     return ""
@@ -319,7 +319,7 @@ def outside(value, limit) -> str:
     if (lo <= value if limit[0] == "[" else lo < value) and (value <= hi if limit[-1] == "]" else value < hi):
         return ""
     if hi == float("inf"):
-        return f"{'>=' if limit[0] == '[' else '>'} {lo:g}"
+        return f"{'a finite number ' if math.isinf(value) else ''}{'>=' if limit[0] == '[' else '>'} {lo:g}"
     return f"in {limit}"
 
 

@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import native
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 
 
 def load(path, threads: int = 0, max_length: int = 0):
     """A callable model; `max_length` truncates a transformers folder's inputs (an exported file has its own)."""
+    for name, value in (("threads", threads), ("max_length", max_length)):  # 0: the runtime's own choice
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise UsageError(f"{name}={value!r}: give a whole number >= 1, or 0 for the default")
     path = Path(path).expanduser()
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")

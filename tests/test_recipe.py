@@ -98,6 +98,8 @@ def test_out_of_range_values_are_refused_before_anything_runs(override, message)
      "ONNX only, and this run exports tflite; leave it out, or add an ONNX target"),
     (["export.format=torchscript", "quantize.mode=fp16"], "quantize.mode fp16 is not offered for torchscript"),
     (["targets=[arm64]", "export.format=auto", "quantize.mode={onnx: static}"], "quantize.mode has no mode for tflite"),
+    (["quantize.mode={tflite: static}"], "; quantize.mode names tflite, which this run does not export (it exports "
+                                         "onnx)"),  # was: only "has no mode for onnx", the tflite key not named
     (["distill.intermediate_epochs=1", "distill.cosine=0"], "distill.intermediate_epochs > 0 needs an intermediate loss"),
 ])
 def test_settings_right_alone_and_wrong_together_are_refused_before_anything_runs(overrides, message):
@@ -199,8 +201,10 @@ def test_targets_and_devices_are_recipe_keys_with_one_line_errors():
     ("devices={pi: {kind: local, runs: 0}}", "target pi: runs must be >= 1, got 0"),
     ("devices={pi: {kind: local, budgets: [1]}}", "target pi: budgets must be dict"),  # was an AttributeError
     ("devices={pi: {kind: local, budgets: {accuracy_retained: '>= 97'}}}", "accuracy_retained 97 is not a fraction"),
-    ("budgets.size_mb=<= nan", "budget size_mb nan: give a number >= 0"),
-    ("budgets.latency_ms_p90=<= -1", "budget latency_ms_p90 -1: give a number >= 0"),
+    ("budgets.size_mb=<= nan", "budget size_mb nan: give a finite number >= 0"),
+    ("budgets.latency_ms_p90=<= -1", "budget latency_ms_p90 -1: give a finite number >= 0"),
+    ("budgets.size_mb=<= 1e400", "budget size_mb inf: give a finite number >= 0"),  # said "a number": inf is one
+    ("distill.lr=1e400", "distill.lr must be a finite number > 0, got inf"),
 ])
 def test_device_settings_and_budget_numbers_are_checked_with_the_recipe(override, message):
     with pytest.raises(UsageError, match=message):

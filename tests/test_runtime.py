@@ -316,3 +316,12 @@ def test_the_readme_snippet_runs_the_onnx_and_tflite_files_as_edgekit_does(model
         assert done.returncode == 0, done.stderr
         logits = np.array(json.loads(done.stdout.splitlines()[-1]))
         assert abs(runtime.softmax(logits) - runtime.load(folder / model)([text])["probs"]).max() < 1e-5
+
+
+@pytest.mark.parametrize("kwargs", [{"threads": -3}, {"threads": 1.5}, {"max_length": -1}, {"threads": "2"}])
+def test_load_refuses_thread_and_length_values_it_cannot_use(model_dir, kwargs):
+    import edgekit
+    from edgekit.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"{next(iter(kwargs))}=.*: give a whole number >= 1, or 0 for the default"):
+        edgekit.load(model_dir, **kwargs)  # threads=-3 was taken silently

@@ -118,6 +118,9 @@ def mode_problems(modes: dict, formats: list, weights: str) -> list:
     problems = [f"quantize.mode {'has no mode' if modes.get(f) is None else modes[f] + ' is not offered'} for {f} "
                 f"(offered: {', '.join(OFFERED[f])}); give another mode, or one per format such as "
                 f"{{onnx: static, torchscript: dynamic}}" for f in dict.fromkeys(formats) if modes.get(f) not in OFFERED[f]]
+    if problems:  # a mode given for a format this run does not make (said only beside a missing one: harmless alone)
+        problems += [f"quantize.mode names {f}, which this run does not export (it exports "
+                     f"{', '.join(dict.fromkeys(formats))})" for f in modes if f not in formats]
     if weights == "uint8" and "onnx" not in formats:  # it would change nothing, silently
         problems.append(f"quantize.weights 'uint8' applies to ONNX only, and this run exports "
                         f"{', '.join(dict.fromkeys(formats))}; leave it out, or add an ONNX target")
