@@ -227,6 +227,4 @@ def write_reports(rows: list, title: str, junit_file: str = None, error: str = N
         except OSError as e:  # the verdict stands; the summary is a courtesy
             print(f"edgekit: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({e.strerror})", file=sys.stderr)
     if junit_file:
-        tmp = Path(junit_file).with_name(Path(junit_file).name + ".tmp")
-        tmp.write_text(junit(rows, title, error))
-        os.replace(tmp, junit_file)
+        artifact.write_text(Path(junit_file), junit(rows, title, error))
