@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from edgekit import augment, data, families, testing
+from edgekit import augment, data, families
 from edgekit.artifact import Artifact
 from edgekit.pipeline import Context
 from edgekit.stages import prune
