@@ -53,13 +53,13 @@ def slug(point: list) -> str:
     return "".join(c if c.isalnum() or c in "._=-" else "-" for c in text)[:120]
 
 
-def run_point(recipe_name: str, point: list, out: str, shared: str) -> dict:
+def run_point(recipe_name: str, point: list, out: str, shared: str, progress: bool = False) -> dict:
     """One grid point; returns its manifest, or {status: failed, error} when it failed: the other points go on.
-    Also what a Ray task runs."""
+    Also what a Ray task runs (without progress: a worker's bars would go nowhere useful)."""
     from edgekit import pipeline
 
     try:
-        return pipeline.run(recipes.load(recipe_name, point), Path(out), progress=False, shared=Path(shared),
+        return pipeline.run(recipes.load(recipe_name, point), Path(out), progress=progress, shared=Path(shared),
                             warn=False)
     except EdgekitError as e:
         return {"status": "failed", "error": str(e), "final": {"metrics": {}}, "stages": []}
@@ -113,11 +113,11 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
         finally:
             # disconnect: a driver left attached exits its whole process (code 1) once the cluster stops
             ray.shutdown()
-    else:
-        from tqdm import tqdm
-
-        manifests = [run_point(recipe_name, p, str(d), str(shared))
-                     for p, d in tqdm(list(zip(points, dirs)), desc="sweep", unit="run", disable=not progress)]
+    else:  # each point shows its stages and their bars, as compress does: a point of a real recipe takes minutes
+        manifests = []
+        for i, (p, d) in enumerate(zip(points, dirs), 1):
+            pipeline.log(f"sweep point {i}/{len(points)}: {d.name}", progress)
+            manifests.append(run_point(recipe_name, p, str(d), str(shared), progress))
     for old in sorted(made - {d.name for d in dirs}):  # an earlier grid's points: not a folder the user put here
         shutil.rmtree(out / old, ignore_errors=True)
     write_json(out / POINTS, sorted(d.name for d in dirs))

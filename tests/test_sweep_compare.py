@@ -268,3 +268,15 @@ def test_an_unreachable_ray_cluster_writes_nothing(tiny_recipe, tmp_path):
     with pytest.raises(EdgekitError, match="cannot reach a Ray cluster"):
         sweep.sweep(str(tiny_recipe), ["seed=1,2"], tmp_path / "sw", ray_address="127.0.0.1:1", progress=False)
     assert not (tmp_path / "sw").exists()
+
+
+def test_a_local_sweep_shows_each_points_stages(model_dir, csv_file, tmp_path, capsys):
+    """Was: one 'sweep i/N' bar that moved once per point, and nothing inside a point (minutes each on a real recipe)."""
+    from edgekit import testing
+
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
+    sweep.sweep(str(path), ["seed=1,2"], tmp_path / "sw", progress=True)
+    err = capsys.readouterr().err
+    assert "sweep point 1/2: 00-seed=1" in err and "sweep point 2/2: 01-seed=2" in err
+    assert err.count("[1/2] export") == 2 and err.count("[2/2] evaluate") == 2
