@@ -60,7 +60,9 @@ def main(argv=None) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
-        _leave_process_group()
+        if argv is None and main_thread:  # the `edgekit` command, about to exit: a Ctrl-C during the interpreter's
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # shutdown (torch's exit hooks) printed a traceback or
+        _leave_process_group()  # killed a process whose run had finished
 
 
 def _say(message: str) -> None:

@@ -351,3 +351,15 @@ def test_a_closed_stderr_keeps_the_exit_code_and_stdout_clean(tmp_path, monkeypa
 def test_a_data_column_the_file_lacks_is_a_wrong_recipe_exit_2(csv_file, capsys):
     assert cli.main(["compress", "--dry-run", "--data", str(csv_file), "data.text_column=sentence"]) == 2  # was 1
     assert "has no column 'sentence'; columns: 'text', 'label'" in capsys.readouterr().err
+
+
+def test_the_edgekit_command_ignores_ctrl_c_once_it_has_its_exit_code():
+    """A Ctrl-C in the moment a finished compress ends landed in torch's exit hooks: a traceback with exit 0, or a
+    process killed by SIGINT. In-process callers (cli.main(argv)) keep their handler."""
+    code = ("import signal, sys; from edgekit import cli; sys.argv = ['edgekit', 'recipes', 'list']; rc = cli.main(); "
+            "print(rc, signal.getsignal(signal.SIGINT) is signal.SIG_IGN); "
+            "signal.signal(signal.SIGINT, signal.default_int_handler); cli.main(['recipes', 'list']); "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    lines = done.stdout.splitlines()
+    assert "0 True" in lines and lines[-1] == "True", done.stderr
