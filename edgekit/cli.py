@@ -276,9 +276,11 @@ def summary(manifest: dict) -> str:
             rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.1f')} | {fmt(m.get('accuracy'), '.4f')} | "
                         f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
     rows.append("")
-    rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); teacher accuracy "
-                f"{final.get('teacher_accuracy')}, retained {final.get('accuracy_retained')}"
-                f"{gate.interval_note(final.get('accuracy_retained_interval'))}")
+    scored = (f"teacher accuracy {final['teacher_accuracy']}, retained {final.get('accuracy_retained')}"
+              f"{gate.interval_note(final.get('accuracy_retained_interval'))}"
+              f"{f' on {n} {split} sentences' if (n := final.get('eval_examples')) and (split := final.get('eval_split')) else ''}"
+              if final.get("teacher_accuracy") is not None else "accuracy not measured (no evaluate stage)")
+    rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); {scored}")
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
         rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {final.get('bench_threads')} thread(s), "

@@ -204,7 +204,9 @@ def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int
         if p.is_file():
             shutil.copy(p, into / "model" / p.name)
     _, ctx = pipeline.context_of(run, progress=False)
-    test = ctx.splits.test[:sentences] if sentences else ctx.splits.test
+    final = manifest["final"]["metrics"]  # by default the test sentences the run's evaluate scored (data.max_eval
+    scored = final.get("eval_examples") if final.get("eval_split") == "test" else None  # cuts them): the retained
+    test = ctx.splits.test[:sentences or scored or len(ctx.splits.test)]  # share divides by the same sentences
     with open(into / "test.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["text", "label"])
@@ -632,8 +634,10 @@ def run_qemu(name: str, spec: dict, job: Path, progress: bool = True) -> dict:
 def metrics_of(result: dict, manifest: dict) -> dict:
     metrics = {k: result.get(k) for k in RUNNER_METRICS}
     metrics.update({f"latency_ms_{q}": result["latency_ms"].get(q) for q in ("p50", "p90", "p99")})
-    teacher = manifest["final"]["metrics"].get("teacher_accuracy")
-    if result.get("accuracy") is not None and teacher:
+    final = manifest["final"]["metrics"]
+    teacher = final.get("teacher_accuracy")  # measured on eval_examples sentences of eval_split: comparable only
+    same = final.get("eval_split") == "test" and final.get("eval_examples") == result.get("examples")  # on those
+    if result.get("accuracy") is not None and teacher and same:
         metrics["accuracy_retained"] = round(result["accuracy"] / teacher, 4)
     return {k: v for k, v in metrics.items() if v is not None}
 

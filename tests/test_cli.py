@@ -59,9 +59,10 @@ def test_errors_of_ranks_after_the_first_say_which_rank(monkeypatch, capsys):
 
 
 def test_runtime_errors_exit_1_and_verbose_shows_the_traceback(tmp_path):
-    args = ["compress", "--data", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o")]
+    (tmp_path / "empty.csv").write_text("")
+    args = ["compress", "--data", str(tmp_path / "empty.csv"), "--out", str(tmp_path / "o")]
     done = edgekit(*args)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "missing.csv not found" in done.stderr
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "empty.csv is empty" in done.stderr
     assert not (tmp_path / "o").exists()
     verbose = edgekit("-v", *args)
     assert "Traceback" in verbose.stderr and verbose.returncode == 1
@@ -152,7 +153,7 @@ def test_usage_mistakes_outside_recipes_exit_2_and_help_names_the_exit_codes():
 
 def test_dry_run_checks_the_data_and_a_local_teacher_folder(tmp_path):
     done = edgekit("compress", "--dry-run", "--data", str(tmp_path / "missing.csv"))
-    assert done.returncode == 1 and "missing.csv not found; give rt-polarity, vader-amazon" in done.stderr
+    assert done.returncode == 2 and "missing.csv not found; give rt-polarity, vader-amazon" in done.stderr
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{")
     done = edgekit("compress", "--dry-run", "--teacher", str(tmp_path / "m"))

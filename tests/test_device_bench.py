@@ -119,10 +119,10 @@ def test_sidecar_that_does_not_match_is_one_line(exported, alone, tmp_path, fmt,
 
 def test_unknown_labels_and_missing_runtime(exported, alone, tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("text,label\ngood film,pos\nbad film,neg\n")
+    bad.write_text("text,label\ngood film,great\nbad film,awful\n")
     out = alone / "result.json"
     done = run_runner([str(exported["onnx"]), "--data", str(bad), "--out", str(out), "--runs", "2"], cwd=alone)
-    assert done.returncode == 1 and "has labels the model does not know (neg, pos); the model's labels: LABEL_0" \
+    assert done.returncode == 1 and "has labels the model does not know (awful, great); the model's labels: neg, pos" \
         in done.stderr and not out.exists()
     done = run_runner([str(exported["onnx"]), "--out", str(out)], cwd=alone, extra="sys.modules['onnxruntime'] = None; ")
     assert done.returncode == 1 and "onnxruntime is not installed for" in done.stderr and "venv: true" in done.stderr

@@ -624,3 +624,22 @@ def test_a_run_being_written_is_named_as_such_and_a_bench_says_its_result_was_no
         held.close()
         (run / "manifest.json").write_text(json.dumps(before))
     assert gate.being_written(run) is False
+
+
+def test_a_device_keeps_to_the_sentences_evaluate_scored_so_retained_divides_like_for_like(tmp_path):
+    """With data.max_eval the run's teacher accuracy is on that many test sentences; the device scored the whole
+    test split and divided by it (a model that kept 100% read 95.6% and gate --target said OVER)."""
+    model_dir = testing.make_model_dir(tmp_path / "tiny")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, testing.make_csv(tmp_path / "r.csv", n=400),
+                                        stages=("export", "evaluate")))
+    pipeline.run(recipe.load(str(path), ["data.max_eval=7"]), tmp_path / "run", progress=False)
+    final = manifest(tmp_path / "run")["final"]["metrics"]
+    assert final["eval_examples"] == 7
+    entry = devices.bench(tmp_path / "run", "local", progress=False)
+    assert entry["result"]["examples"] == 7
+    assert entry["metrics"]["accuracy"] == pytest.approx(final["accuracy"], abs=1e-4)
+    assert entry["metrics"]["accuracy_retained"] == pytest.approx(final["accuracy_retained"], abs=1e-3)
+    file = targets_file(tmp_path, {"few": {"kind": "local", "runs": 3, "sentences": 5}})
+    few = devices.bench(tmp_path / "run", "few", file, progress=False)  # other sentences than the teacher's: no share
+    assert few["result"]["examples"] == 5 and "accuracy" in few["metrics"] and "accuracy_retained" not in few["metrics"]
