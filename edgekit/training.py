@@ -70,8 +70,8 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
             optimizer.zero_grad(set_to_none=True)
             step += 1
             losses = (losses + [_global_mean(loss.detach(), world)])[-50:]
-            bar.set_postfix(loss=f"{sum(losses) / len(losses):.4f}")
-            bar.update(1)
+            bar.set_postfix(loss=f"{sum(losses) / len(losses):.4f}", refresh=False)  # a refresh every step skipped
+            bar.update(1)  # tqdm's rate limit: a CI log got one redraw per step
             if checkpoint_every and (step % checkpoint_every == 0 or step >= total):
                 if rank == 0:
                     _save(ckpt, model, optimizer, scheduler, step, extra_params, losses)

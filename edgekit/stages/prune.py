@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from edgekit import data, families, training
 from edgekit.artifact import Artifact
@@ -71,7 +72,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
             model = families.load_model(step_dir / "model")
             continue
         scores = gradient_importance(model, encoded, tokenizer.pad_token_id, importance_batches, batch_size,
-                                     hidden=hidden_keep < 1) if importance == "gradient" else None
+                                     hidden=hidden_keep < 1, progress=ctx.progress,
+                                     desc=f"importance, step {step}/{steps}") if importance == "gradient" else None
         shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope,
                              ffn_multiple, hidden_keep ** (step / steps))
         if teacher is not None:
@@ -124,7 +126,8 @@ def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, tempe
                    desc="prune recovery", progress=ctx.progress)
 
 
-def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_size: int, hidden: bool = False) -> dict:
+def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_size: int, hidden: bool = False,
+                        progress: bool = False, desc: str = "importance") -> dict:
     """Per layer: |sum over tokens of activation * gradient| per head (input of the attention output projection)
     and per FFN neuron (input of the FFN output projection), summed over examples of the training set. ALBERT
     runs its one shared layer once per depth: the sum inside |...| runs over every pass, as one mask on the
@@ -155,6 +158,8 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
     dims = torch.zeros(families.hidden_width(model.config))
     was_training = model.training
     model.eval()  # no dropout: importance of the model as it will run
+    bar = tqdm(total=min(batches, -(-len(encoded) // batch_size)), desc=desc, unit="batch", disable=not progress,
+               dynamic_ncols=True)  # a forward and backward pass each: minutes for a BERT-base teacher
     try:
         for n, batch in enumerate(data.batches(encoded, batch_size, pad_id, shuffle=True, seed=17)):
             if n >= batches:
@@ -170,7 +175,9 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
             if stream:
                 dims += sum((t * t.grad).sum(1) for t in stream).abs().sum(0).detach()
             model.zero_grad(set_to_none=True)
+            bar.update(1)
     finally:
+        bar.close()
         for h in hooks:
             h.remove()
         model.train(was_training)
