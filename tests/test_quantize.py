@@ -424,3 +424,15 @@ def test_dynamic_int8_scores_each_sentence_alone_as_a_device_runs_it(tmp_path, m
     model.per_sentence = False  # one padded batch: ranges over all of it, other logits than the device's
     assert not np.array_equal(model.logits(batch), alone)
     assert not runtime.load(fp32.path).per_sentence  # FP32 does not depend on the batch
+
+
+def test_export_and_quantize_say_what_they_work_on(model_dir, csv_file, tmp_path, capsys):
+    """Was: 10-30 s without a line in each (every format, bucket set and target, max_accuracy_drop's checks)."""
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "quantize")))
+    pipeline.run(recipe.load(str(path), ["targets=[x86,arm64]", "quantize.max_accuracy_drop=0.5"]), tmp_path / "run",
+                 progress=True)
+    err = capsys.readouterr().err
+    assert "  onnx for x86,arm64\n" in err and "  tflite (buckets 32) for x86,arm64\n" in err
+    assert "  x86-onnx: dynamic INT8\n" in err and "  arm64-onnx: dynamic INT8\n" in err
+    assert "x86-onnx FP32 validation" in err and "x86-onnx dynamic validation" in err  # the accuracy checks' bars

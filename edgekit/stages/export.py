@@ -3,6 +3,7 @@ PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
 import contextlib
 import copy
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -60,6 +61,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
     for f in formats:
         folder = out_dir if len(formats) == 1 else out_dir / f
         runs_on = ",".join(t for t in ctx.targets if f in targets.TARGETS[t]["formats"])
+        if ctx.progress:  # seconds to minutes each (TFLite converts once per bucket), then a check on test sentences
+            shapes = f" (buckets {', '.join(map(str, buckets))})" if f == "tflite" else ""
+            print(f"  {f}{shapes} for {runs_on}", file=sys.stderr, flush=True)
         outputs[f] = export_one(model, tokenizer, folder, f, runs_on, exporter, opset, sorted(set(buckets)),
                                 ctx.max_length, in_run(artifact.path, folder, out_dir.parent), rewrites)
         check = compare(reference, runtime.load(outputs[f].path), ctx.splits.test[:check_sentences])

@@ -87,6 +87,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
             write_json(folder / "model.json", dict(meta, target=target))
             outputs[f"{target}-{fmt}"] = Artifact(folder / FILES[fmt], fmt, dict(same.metrics))
             continue
+        if ctx.progress:  # a file takes seconds (a BERT-base one, and max_accuracy_drop's checks, minutes)
+            print(f"  {target}-{fmt}: {settings['mode']} INT8" if settings["mode"] != "fp16" else f"  {target}-{fmt}: fp16",
+                  file=sys.stderr, flush=True)
         with quiet():
             out = quantize_one(source, folder, fmt, target, settings, calib, ctx, max_accuracy_drop)
         out.metrics.update(compare(runtime.load(source), runtime.load(out.path), ctx.splits.test[:check_sentences]),
@@ -143,8 +146,9 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
     quantize_file(source, target_file, fmt, settings, calib, meta)
     if max_drop is not None:
         examples = ctx.splits.validation[:1000]
-        base = accuracy(runtime.load(source), examples, 1, False, "")
-        drop = round(base - accuracy(runtime.load(target_file), examples, 1, False, ""), 4)
+        base = accuracy(runtime.load(source), examples, 1, ctx.progress, f"{target}-{fmt} FP32 validation")
+        drop = round(base - accuracy(runtime.load(target_file), examples, 1, ctx.progress,
+                                     f"{target}-{fmt} {mode} validation"), 4)
         report = {"fp32_accuracy": base, "first_drop": drop, "kept_float": [], "method_changes": []}
         if drop > max_drop and fmt == "onnx":
             drop, report["kept_float"] = keep_sensitive_in_float(source, target_file, settings, calib, meta, examples,
@@ -153,7 +157,8 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
             report["method_changes"].append(f"{mode} -> {FALLBACK[mode]}")
             mode = FALLBACK[mode]
             quantize_file(source, target_file, fmt, dict(settings, mode=mode), calib, meta)
-            drop = round(base - accuracy(runtime.load(target_file), examples, 1, False, ""), 4)
+            drop = round(base - accuracy(runtime.load(target_file), examples, 1, ctx.progress,
+                                         f"{target}-{fmt} {mode} validation"), 4)
         report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
                       drop_measured_on=f"validation ({len(examples)} sentences)")
     quantization = {"tool": {"onnx": "onnxruntime", "tflite": "ai-edge-quantizer", "torchscript": "torch.ao"}[fmt],
@@ -349,7 +354,8 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
         drop = None
         for k in sorted({min(2 ** i, len(order)) for i in range(len(order).bit_length() + 1)}):
             quantize_file(source, target, "onnx", settings, calib, meta, exclude=order[:k])
-            drop = round(base - accuracy(runtime.load(target), examples, 1, False, ""), 4)
+            drop = round(base - accuracy(runtime.load(target), examples, 1, ctx.progress,
+                                         f"{k} node(s) kept in float, validation"), 4)
             if drop <= max_drop:
                 return drop, order[:k]
         return drop, order
