@@ -207,6 +207,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
                              f"another --out")
         if warn:
             tell_data(splits, progress)  # after the checks: a refused run says one line
+            tell_length(splits, source, recipe["max_length"], progress)
         try:
             return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None, team)
         finally:
@@ -515,6 +516,25 @@ def tell_data(splits, progress: bool) -> None:
     log(data.describe(splits), progress)
     for warning in data.warnings(splits):
         print(f"edgekit: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def tell_length(splits, source: Artifact, max_length: int, progress: bool) -> None:
+    """How many training texts max_length cuts, by the teacher's tokenizer: a line with progress, a warning (always)
+    when it is a tenth or more (long reviews at 128 tokens: the model never reads most of each)."""
+    if source.kind != "hf":
+        return
+    encoded = data.encode(families.load_tokenizer(source.path), splits.train, max_length, progress, "tokenize train")
+    cut, total = data.cut_share(encoded, max_length)
+    line = f"{cut} of {total} training texts ({cut / total:.0%}) reach max_length {max_length} tokens and are cut there"
+    if cut >= 0.1 * total:
+        from transformers import AutoConfig
+
+        most = min(512, families.max_tokens(AutoConfig.from_pretrained(source.path)))
+        more = f"raise max_length (this model reads at most {most}) if their ends matter" if most > max_length \
+            else f"this model reads at most {most} tokens"
+        print(f"edgekit: warning: {line}; {more}", file=sys.stderr, flush=True)
+    elif cut:
+        log(f"data: {line}", progress)
 
 
 def check_shapes(recipe: dict, teacher: Path) -> None:

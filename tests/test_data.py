@@ -217,3 +217,32 @@ def test_a_jsonl_column_is_any_record_s_key(tmp_path):
     f.write_text('{"text": "a", "lable": "x"}\n{"text": "b", "note": 1}\n')
     with pytest.raises(EdgekitError, match="has no column 'label'; columns: 'text', 'lable', 'note'"):
         data.load(str(f))
+
+
+def test_encoding_goes_in_chunks_with_the_same_ids_and_a_bar_for_large_sets(model_dir, csv_file, monkeypatch, capsys):
+    """One tokenizer call held every token of every text before cutting (3,000 texts of 10k characters: 1.16 GB
+    against 0.38 GB in chunks, measured), with no bar."""
+    from edgekit import families
+
+    tok, examples = families.load_tokenizer(model_dir), data.load(str(csv_file)).train
+    whole = data.encode(tok, examples, 8)
+    calls = []
+    real = type(tok).__call__
+    monkeypatch.setattr(type(tok), "__call__", lambda self, texts, **kw: calls.append(len(texts)) or real(self, texts, **kw))
+    monkeypatch.setattr(data, "CHUNK_CHARS", 200)
+    assert data.encode(tok, examples, 8, progress=True, desc="tokenize train") == whole
+    assert len(calls) > 5 and sum(calls) == len(examples) and "tokenize train" in capsys.readouterr().err
+    assert data.cut_share(whole, 8) == (sum(len(i) == 8 for i, _ in whole), len(whole))
+
+
+def test_a_run_says_how_many_training_texts_max_length_cuts(model_dir, tmp_path, capsys):
+    from edgekit import pipeline, recipe, testing
+
+    rows = [(f"take {i} " + " ".join(["good film"] * 20 if i % 2 else ["bad plot"]), "pos" if i % 2 else "neg")
+            for i in range(200)]
+    (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, tmp_path / "d.csv", stages=("export",)))
+    pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
+    err = capsys.readouterr().err  # half the texts are 40 words long: a warning even without progress
+    assert "warning: " in err and "%) reach max_length 32 tokens and are cut there; raise max_length" in err
