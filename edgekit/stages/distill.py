@@ -96,7 +96,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
         examples += extra
         notes["transfer_examples"] = len(extra)
-    s_enc = data.encode(s_tok, examples, ctx.max_length)
+    s_enc = data.encode(s_tok, examples, ctx.max_length, ctx.progress)
     t_enc = s_enc if s_tok is t_tok else data.encode(t_tok, examples, ctx.max_length)
     notes["token_losses"] = "on"
     if s_tok is not t_tok and not tokens_align(s_tok, t_tok, s_enc, t_enc):

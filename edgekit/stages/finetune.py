@@ -10,7 +10,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: floa
         warmup: float = 0.1, weight_decay: float = 0.01, checkpoint_every: int = 100) -> Artifact:
     tokenizer = families.load_tokenizer(artifact.path)
     model = families.load_model(artifact.path, labels=ctx.splits.labels)
-    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
+    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length, ctx.progress)
     loss = training.train(model, encoded, training.hard_label_loss, out_dir=out_dir, epochs=epochs, lr=lr,
                           batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,
                           checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=tokenizer.pad_token_id,

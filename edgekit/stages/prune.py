@@ -49,7 +49,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         if problem := heads_problem(heads_per_layer, heads):
             raise EdgekitError(problem)
         heads_keep = heads_per_layer / heads
-    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length)
+    encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length, ctx.progress)
     recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
     if transfer:
         extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
