@@ -653,6 +653,9 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
             staged = stage_job(run, manifest, path, job, spec.get("sentences", 0))
             spec.update(_model=staged["model"], _format=staged["format"])
             kind = spec["kind"]
+            if progress:  # the runner says nothing until it ends: seconds here, minutes on a phone or under qemu
+                print(f"target {target} ({kind}): {path.name}, {staged['examples']} test sentences and "
+                      f"{spec.get('runs', 50)} timed runs", file=sys.stderr, flush=True)
             result = {"local": run_local, "ssh": run_ssh, "adb": run_adb}[kind](target, spec, job) if kind != "qemu-arm64" \
                 else run_qemu(target, spec, job, progress)
             check_result(target, result, spec)

@@ -643,3 +643,10 @@ def test_a_device_keeps_to_the_sentences_evaluate_scored_so_retained_divides_lik
     file = targets_file(tmp_path, {"few": {"kind": "local", "runs": 3, "sentences": 5}})
     few = devices.bench(tmp_path / "run", "few", file, progress=False)  # other sentences than the teacher's: no share
     assert few["result"]["examples"] == 5 and "accuracy" in few["metrics"] and "accuracy_retained" not in few["metrics"]
+
+
+def test_bench_says_what_the_target_will_run_before_the_wait(run, capsys):
+    """Was: nothing until the runner ended (seconds here, minutes on a phone or under qemu)."""
+    devices.bench(run, "local", progress=True)
+    scored = manifest(run)["final"]["metrics"]["eval_examples"]
+    assert f"target local (local): model.onnx, {scored} test sentences and 50 timed runs\n" in capsys.readouterr().err
