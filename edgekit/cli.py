@@ -242,7 +242,7 @@ def cmd_compress(args) -> int:
     manifest = pipeline.run(resolved, out, progress=not args.quiet)
     if manifest is None:  # a rank > 0 under torchrun: it trained with rank 0, which reports
         return 0
-    print(summary(manifest))
+    print(aligned(summary(manifest)))
     code = 0 if manifest["status"] == "complete" else OVER_BUDGET
     for name, spec in (resolved.get("devices") or {}).items():  # device_bench targets marked after_compress
         if spec.get("after_compress"):
@@ -253,6 +253,30 @@ def cmd_compress(args) -> int:
             code = code if all(r["ok"] for r in entry["budgets"]) else OVER_BUDGET
     print(f"manifest: {out / 'manifest.json'}")
     return code
+
+
+def aligned(text: str) -> str:
+    """Markdown tables in `text` with their columns padded to one width (still markdown): read in a terminal or a CI
+    log, the numbers line up. Columns whose rule is ---: are right-aligned."""
+    lines, out, block = text.split("\n"), [], []
+    for line in lines + [""]:
+        if line.startswith("|") and line.endswith("|"):
+            block.append([c.strip() for c in line[1:-1].split("|")])
+            continue
+        if block:
+            cells = [r for r in block if not set("".join(r)) <= set("-:")]  # the rule row sets no width
+            widths = [max([3] + [len(r[i]) for r in cells if i < len(r)]) for i in range(max(map(len, block)))]
+            right = [c.endswith(":") for c in block[1]] if len(block) > 1 else []
+            for r in block:
+                if set("".join(r)) <= set("-:"):
+                    cells = [("-" * (w - 1) + ":") if c.endswith(":") else "-" * w for c, w in zip(r, widths)]
+                else:
+                    cells = [c.rjust(w) if i < len(right) and right[i] else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(r, widths))]
+                out.append("| " + " | ".join(cells) + " |")
+            block = []
+        out.append(line)
+    return "\n".join(out[:-1])
 
 
 def summary(manifest: dict) -> str:
@@ -266,14 +290,14 @@ def summary(manifest: dict) -> str:
         m = s["metrics"]
         params = report.params_text(m["params"]) if m.get("params") else ""
         seconds = f"{s['seconds']:.0f}" + (" (reused)" if s.get("reused") else "")
-        rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.1f')} | "
+        rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.2f')} | "
                     f"{fmt(m.get('accuracy'), '.4f')} | {fmt(m.get('latency_ms_p50'), '.2f')} |")
     final = manifest["final"]["metrics"]
     if manifest["final"].get("outputs"):  # one artifact per target and format
         rows += ["", "| artifact | path | size MB | accuracy | latency p50 ms |", "|---|---|---:|---:|---:|"]
         for name, o in manifest["final"]["outputs"].items():
             m = o["metrics"]
-            rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.1f')} | {fmt(m.get('accuracy'), '.4f')} | "
+            rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.2f')} | {fmt(m.get('accuracy'), '.4f')} | "
                         f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
     rows.append("")
     scored = (f"teacher accuracy {final['teacher_accuracy']}, retained {final.get('accuracy_retained')}"
@@ -337,7 +361,7 @@ def cmd_compare(args) -> int:
 
     specs = list(args.models) + (list(compare.FAMILY_CONFIGS) if args.families else [])
     rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len, progress=not args.quiet)
-    print(compare.markdown(rows), end="")
+    print(aligned(compare.markdown(rows)), end="")
     print(f"written: {Path(args.out) / 'compare.md'}, compare.csv, compare.png")
     return 0
 
@@ -348,7 +372,7 @@ def cmd_sweep(args) -> int:
     name = Path(args.recipe).stem
     out = Path(args.out) if args.out else Path("artifacts") / f"sweep-{name}"
     result = sweep.sweep(args.recipe, args.overrides, out, args.ray, progress=not args.quiet)
-    print(result["table"])
+    print(aligned(result["table"]))
     built = out / "report" / "report.md"
     print(f"written: {out / 'sweep.md'}" + (f", {built}" if built.is_file() else ""))
     status = {r["status"] for r in result["rows"]}

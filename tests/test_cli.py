@@ -364,3 +364,9 @@ def test_the_edgekit_command_ignores_ctrl_c_once_it_has_its_exit_code():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     lines = done.stdout.splitlines()
     assert "0 True" in lines and lines[-1] == "True", done.stderr
+
+
+def test_tables_printed_to_a_terminal_line_up_and_stay_markdown():
+    text = "head\n| a | bb |\n|---|---:|\n| long cell | 1 |\n| x |  |\n\nafter"
+    assert cli.aligned(text) == ("head\n| a         |  bb |\n| --------- | --: |\n| long cell |   1 |\n"
+                                 "| x         |     |\n\nafter")  # was printed as built: columns of every width

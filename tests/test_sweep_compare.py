@@ -46,7 +46,7 @@ def test_a_failing_point_is_reported_and_the_others_still_run(model_dir, csv_fil
     out, err = capsys.readouterr()
     rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [r["status"] for r in rows] == ["complete", "failed", "over_budget", "failed"]
-    assert "someone/nonexist" in rows[1]["error"] and "| over_budget |" in out
+    assert "someone/nonexist" in rows[1]["error"] and "| over_budget " in out
     assert "| failed: model 'someone/nonexist'" in out
     assert code == 1 and "sweep point 01-" in err and "sweep point 03-" in err  # the sweep used to stop there
     assert "| failed: model 'someone/nonexist'" in (tmp_path / "sw" / "sweep.md").read_text()
