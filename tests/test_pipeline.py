@@ -80,6 +80,10 @@ def test_a_moved_run_quantizes_torchscript_again_and_its_sidecars_name_no_build_
     again = run(tiny_recipe, tmp_path / "moved", "export.format=torchscript", "quantize.max_accuracy_drop=0.5")
     assert [s["reused"] for s in again["stages"]] == [True, True, True, False, False, False]
     assert again["status"] == "complete" and again["final"]["path"].endswith("model.pt")
+    both = run(tiny_recipe, tmp_path / "two", "targets=[x86,x86-avx2]")  # one export folder, a quantize folder each
+    for name, out in both["final"]["outputs"].items():  # was ../02-distill/model: a folder one level too shallow
+        sidecar = (tmp_path / "two" / out["path"]).with_name("model.json")
+        assert (sidecar.parent / json.loads(sidecar.read_text())["source"] / "config.json").is_file(), name
 
 
 def test_evaluation_only_and_resume_only_changes_redo_no_training(tiny_recipe, tmp_path, monkeypatch):

@@ -140,7 +140,9 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
     folder.mkdir(parents=True, exist_ok=True)
     meta = json.loads((source.parent / "model.json").read_text())
     shutil.copy(source.parent / meta["tokenizer"], folder / meta["tokenizer"])
-    write_json(folder / "model.json", dict(meta, target=target))  # sidecar first: runtime.load reads it
+    moved = {"source": os.path.relpath((source.parent / meta["source"]).resolve(), folder.resolve())} \
+        if meta.get("source") and not Path(meta["source"]).is_absolute() else {}  # relative to this sidecar's folder
+    write_json(folder / "model.json", dict(meta, target=target, **moved))  # sidecar first: runtime.load reads it
     target_file = folder / FILES[fmt]
     mode, report = settings["mode"], {}
     quantize_file(source, target_file, fmt, settings, calib, meta)
@@ -165,7 +167,7 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
                     **applied(fmt, mode, settings), "mode": mode,
                     "weights": "fp16" if mode == "fp16" else settings.get("weights", "int8"),
                     "activations": activations(fmt, mode, settings), **report}
-    write_json(folder / "model.json", dict(meta, target=target, quantization=quantization))
+    write_json(folder / "model.json", dict(meta, target=target, quantization=quantization, **moved))
     return Artifact(target_file, fmt, {"quantization": quantization})
 
 
