@@ -5,6 +5,7 @@ with random weights: latency, memory and size are real, accuracy is left empty.
 """
 import csv
 import io
+import shutil
 import sys
 from pathlib import Path
 
@@ -96,15 +97,18 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
         row["accuracy"] = accuracy(runtime.HFModel(source, max_length=seq_len), data.test, 64, False, spec)
     folder = work / spec.replace("/", "_")
     folder.mkdir(parents=True, exist_ok=True)
-    ids = torch.randint(5, model.config.vocab_size, (2, 16))
-    export.to_onnx(model, (ids, torch.ones_like(ids)), folder / "fp32.onnx")
-    quantize.int8_dynamic(folder / "fp32.onnx", folder / "int8.onnx")
-    row["size_fp32_mb"] = round((folder / "fp32.onnx").stat().st_size / 1e6, 3)
-    row["size_int8_mb"] = round((folder / "int8.onnx").stat().st_size / 1e6, 3)
-    common = {"synthetic": model.config.vocab_size, "seq_len": seq_len, "threads": threads}
-    fp32 = bench.measure(folder / "fp32.onnx", batch=1, runs=20, warmup=3, **common)
-    int8 = bench.measure(folder / "int8.onnx", batch=1, runs=20, warmup=3, **common)
-    int8_b32 = bench.measure(folder / "int8.onnx", batch=32, runs=3, warmup=1, **common)
+    try:  # the files are only measured: kept, they held hundreds of MB per base-sized model
+        ids = torch.randint(5, model.config.vocab_size, (2, 16))
+        export.to_onnx(model, (ids, torch.ones_like(ids)), folder / "fp32.onnx")
+        quantize.int8_dynamic(folder / "fp32.onnx", folder / "int8.onnx")
+        row["size_fp32_mb"] = round((folder / "fp32.onnx").stat().st_size / 1e6, 3)
+        row["size_int8_mb"] = round((folder / "int8.onnx").stat().st_size / 1e6, 3)
+        common = {"synthetic": model.config.vocab_size, "seq_len": seq_len, "threads": threads}
+        fp32 = bench.measure(folder / "fp32.onnx", batch=1, runs=20, warmup=3, **common)
+        int8 = bench.measure(folder / "int8.onnx", batch=1, runs=20, warmup=3, **common)
+        int8_b32 = bench.measure(folder / "int8.onnx", batch=32, runs=3, warmup=1, **common)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     row.update(latency_ms_b1_fp32=fp32["fixed"]["p50"], latency_ms_b1_int8=int8["fixed"]["p50"],
                latency_ms_b32_int8=int8_b32["fixed"]["p50"], rss_after_load_mb_int8=int8["rss_after_load_mb"])
     return row
@@ -126,8 +130,11 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:  # an earlier call's table must not pass for this one's if this one stops
         (out / name).unlink(missing_ok=True)
-    rows = [measure(spec, out / "models", data, threads, seq_len)
-            for spec in tqdm(specs, desc="compare", unit="model", disable=not progress)]
+    try:
+        rows = [measure(spec, out / "models", data, threads, seq_len)
+                for spec in tqdm(specs, desc="compare", unit="model", disable=not progress)]
+    finally:  # where each model's files were measured (and where earlier versions left them)
+        shutil.rmtree(out / "models", ignore_errors=True)
     write(rows, out, seq_len, threads)
     return rows
 

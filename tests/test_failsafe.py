@@ -42,10 +42,23 @@ def test_onnx_export_on_a_full_disk(tmp_path, model_dir, sample, monkeypatch):
 def test_torchscript_export_on_a_full_disk_keeps_the_old_file(tmp_path, model_dir, sample, monkeypatch):
     path = tmp_path / "model.pt"
     path.write_bytes(b"the earlier export")
-    monkeypatch.setattr(torch.jit, "save", lambda module, f, **kwargs: disk_full(f))
-    with pytest.raises(OSError, match="No space left on device"):
-        export.to_torchscript(families.load_model(model_dir), sample, path)
+    model = families.load_model(model_dir)
+    monkeypatch.setattr(type(path), "write_bytes", lambda self, data: disk_full(self))  # torch.jit.save to a file
+    with pytest.raises(OSError, match="No space left on device"):  # aborted the whole process there (exit 134)
+        export.to_torchscript(model, sample, path)
     assert_failed_cleanly(tmp_path, path, b"the earlier export")
+
+
+def test_int8_quantization_stopped_part_way_leaves_no_temp_file(tmp_path, model_dir, sample, monkeypatch):
+    import onnxruntime.quantization
+
+    from edgekit.stages import quantize
+
+    export.to_onnx(families.load_model(model_dir), sample, tmp_path / "fp32.onnx")
+    monkeypatch.setattr(onnxruntime.quantization, "quantize_dynamic", lambda source, target, **kwargs: disk_full(target))
+    with pytest.raises(OSError, match="No space left on device"):  # was: the prepared and .q.tmp files stayed
+        quantize.int8_dynamic(tmp_path / "fp32.onnx", tmp_path / "int8.onnx")
+    assert_failed_cleanly(tmp_path, tmp_path / "int8.onnx")
 
 
 def test_tflite_export_on_a_full_disk(tmp_path, model_dir, monkeypatch):

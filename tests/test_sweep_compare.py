@@ -111,6 +111,8 @@ def test_compare_table_for_a_folder_and_a_config(model_dir, tmp_path, capsys):
     assert rows[0]["params_m"] == rows[1]["params_m"]
     assert (tmp_path / "cmp" / "compare.csv").read_text().startswith("model,params_m,size_fp32_mb")
     assert (tmp_path / "cmp" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir()) == ["compare.csv", "compare.json", "compare.md",
+                                                                     "compare.png"]  # was models/: 335 MB per base model
 
 
 def test_family_configs_have_their_published_sizes():

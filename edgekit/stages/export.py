@@ -2,6 +2,7 @@
 PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
 import contextlib
 import copy
+import io
 import os
 import sys
 import tempfile
@@ -370,8 +371,10 @@ def to_torchscript(model, sample: tuple, path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
+    buffer = io.BytesIO()  # serialized in memory, written from Python: torch's own file writer aborted the process
+    torch.jit.save(traced, buffer)  # on a full disk (exit 134, from C++), leaving a half-written file
     with through_temp(path, ".pt.tmp") as tmp:
-        torch.jit.save(traced, str(tmp))
+        tmp.write_bytes(buffer.getvalue())
 
 
 def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", opset: int = 17, max_length: int = 512,

@@ -282,14 +282,17 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
 
     tmp = target.with_name(target.name + ".q.tmp")
     prepared = target.with_name(target.name + ".prepared.tmp")
-    if prep:
-        preprocess(source, prepared)
-    quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel, reduce_range=reduce_range,
-                     weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
-                     nodes_to_exclude=list(exclude), nodes_to_quantize=only,
-                     extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
-    prepared.unlink(missing_ok=True)
-    os.replace(tmp, target)
+    try:
+        if prep:
+            preprocess(source, prepared)
+        quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel,
+                         reduce_range=reduce_range, weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
+                         nodes_to_exclude=list(exclude), nodes_to_quantize=only,
+                         extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
+        os.replace(tmp, target)
+    finally:  # an error or Ctrl-C leaves no temp file (a BERT-base one is hundreds of MB)
+        prepared.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
 def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
