@@ -120,6 +120,10 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
             manifests.append(run_point(recipe_name, p, str(d), str(shared), progress))
     for old in sorted(made - {d.name for d in dirs}):  # an earlier grid's points: not a folder the user put here
         shutil.rmtree(out / old, ignore_errors=True)
+    used = {s["key"] for m in manifests for s in m.get("stages", [])}
+    for entry in shared.iterdir():  # stages no point of this grid uses (an earlier grid's): shared/ only grew
+        if entry.name not in used:
+            shutil.rmtree(entry, ignore_errors=True)
     write_json(out / POINTS, sorted(d.name for d in dirs))
     return summarize(points, dirs, manifests, out)
 

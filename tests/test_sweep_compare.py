@@ -250,6 +250,8 @@ def test_a_sweep_removes_only_the_point_folders_sweeps_made(model_dir, csv_file,
     names = sorted(p.name for p in out.iterdir() if p.name[:2].isdigit())
     assert names == ["00-seed=4", "01-baseline", "02-notes"], names
     assert (out / "02-notes" / "todo.txt").read_text() == "important"
+    last = json.loads((out / "00-seed=4" / "manifest.json").read_text())  # shared/ keeps what the grid uses (it
+    assert sorted(p.name for p in (out / "shared").iterdir()) == sorted(s["key"] for s in last["stages"])  # only grew)
 
 
 def test_a_sweep_has_a_row_per_artifact_and_sweeps_lists(model_dir, csv_file, tmp_path):
