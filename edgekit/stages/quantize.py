@@ -76,6 +76,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
         folder = out_dir if len(pairs) == 1 else out_dir / f"{target}-{fmt}"
         settings = {"mode": modes[fmt], "per_channel": per_channel, "fuse": fuse, "calibration": calibration,
                     **target_settings(target, fmt, reduce_range), **({"weights": weights} if fmt == "onnx" else {})}
+        if settings["mode"] != "static":  # the activation type only calibrated ONNX uses: x86 and arm64 dynamic
+            settings.pop("activations", None)  # INT8 are one file, made and checked once (was: twice, two copies)
         key = json.dumps([fmt, settings], sort_keys=True)
         same = done.get(key)
         if same:  # another target with identical settings: the same file, hard-linked
