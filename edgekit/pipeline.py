@@ -610,6 +610,10 @@ def context_of(run: Path, progress: bool = True) -> tuple:
 
     manifest, run = load_manifest(Path(run))  # one line for a folder that is not a finished run
     recipe = manifest["recipe"]
+    source = recipe["data"]["source"]
+    if source not in data.DATASETS and not Path(source).expanduser().is_file():  # was: "dataset X not found", as if
+        raise EdgekitError(f"the run's data file {source} is not there any more (the run was moved, or the file "  # typed
+                           f"deleted): its test sentences are read from it; put the file back at that path")
     splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
     teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
                    Artifact(Path(manifest["model"]["path"]), "hf"))

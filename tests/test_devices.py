@@ -650,3 +650,13 @@ def test_bench_says_what_the_target_will_run_before_the_wait(run, capsys):
     devices.bench(run, "local", progress=True)
     scored = manifest(run)["final"]["metrics"]["eval_examples"]
     assert f"target local (local): model.onnx, {scored} test sentences and 50 timed runs\n" in capsys.readouterr().err
+
+
+def test_a_moved_run_whose_data_file_is_gone_says_so(tmp_path):
+    model_dir = testing.make_model_dir(tmp_path / "tiny")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, testing.make_csv(tmp_path / "r.csv"), stages=("export",)))
+    pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
+    (tmp_path / "r.csv").unlink()
+    with pytest.raises(EdgekitError, match=r"the run's data file .*r.csv is not there any more .*put the file back"):
+        devices.bench(tmp_path / "run", "local", progress=False)  # was: "dataset ... not found; give rt-polarity"
