@@ -417,13 +417,29 @@ def cmd_assets(args) -> int:
         return 0
     if args.name is not None:
         raise UsageError(f"assets list takes no name (got {args.name!r}); to fetch one: edgekit assets fetch NAME")
-    print(f"cache: {assets.cache_dir()}" + (" (EDGEKIT_CACHE)" if "EDGEKIT_CACHE" in os.environ else ""))
-    rows = [(r["name"], r["kind"], r["state"], r["package"], r["about"])
+    root = assets.cache_dir()
+    print(f"cache: {root}" + (" (EDGEKIT_CACHE)" if "EDGEKIT_CACHE" in os.environ else ""))
+    rows = [(r["name"], r["kind"], r["state"], f"{folder_mb(root / r['name']):.1f} MB", r["package"], r["about"])
             for r in assets.listing()]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    rows += [(name, "made", "cached" if (root / name).is_dir() else "none", f"{folder_mb(root / name):.1f} MB", "-",
+              about) for name, about in (("augment", "distill.augment's sentence sets, one per teacher and data"),
+                                         ("qemu-arm64", "the qemu-arm64 target's Debian roots, one per runner set"))]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
-        print(" ".join(f"{v:{w}s}" for v, w in zip(row, widths)) + " " + row[4])
+        print(" ".join(f"{v:{w}s}" for v, w in zip(row, widths)) + " " + row[5])
+    print(f"total {folder_mb(root):.1f} MB; any of these folders may be deleted to free the space: an asset is "
+          f"fetched again and the rest made again when needed")
     return 0
+
+
+def folder_mb(path: Path) -> float:
+    """What the files under `path` take, in MB (hard links once)."""
+    seen, total = set(), 0
+    for p in path.rglob("*") if path.is_dir() else ():
+        if p.is_file() and not p.is_symlink() and (st := p.stat()).st_ino not in seen:
+            seen.add(st.st_ino)
+            total += st.st_size
+    return total / 1e6
 
 
 if __name__ == "__main__":

@@ -370,3 +370,15 @@ def test_tables_printed_to_a_terminal_line_up_and_stay_markdown():
     text = "head\n| a | bb |\n|---|---:|\n| long cell | 1 |\n| x |  |\n\nafter"
     assert cli.aligned(text) == ("head\n| a         |  bb |\n| --------- | --: |\n| long cell |   1 |\n"
                                  "| x         |     |\n\nafter")  # was printed as built: columns of every width
+
+
+def test_assets_list_shows_what_the_cache_takes_and_what_may_go(tmp_path, monkeypatch, capsys):
+    """Was: no sizes, and the augmentation sets and qemu roots (430 MB each) not listed at all."""
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    (tmp_path / "augment").mkdir()
+    (tmp_path / "augment" / "a.json").write_bytes(b"x" * 2_500_000)
+    assert cli.main(["assets", "list"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[:4] for line in out.splitlines() if line.startswith("augment")] == \
+        [["augment", "made", "cached", "2.5"]]
+    assert "qemu-arm64    made" in out and out.splitlines()[-1].startswith("total 2.5 MB; any of these folders may")
