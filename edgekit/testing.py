@@ -74,3 +74,16 @@ def tiny_recipe(model_dir, csv_file, stages=("finetune", "distill", "export", "q
     settings = "".join(f"{s}: {TINY_SETTINGS[s]}\n" for s in stages if s in TINY_SETTINGS)
     return (f"description: tiny end-to-end recipe for tests\nteacher: {model_dir}\ndata: {{source: {csv_file}}}\n"
             f"max_length: 32\nstages: [{', '.join(stages)}]\n{settings}budgets: {{size_mb: \"<= 100\"}}\n")
+
+
+def doc_tables(text: str) -> dict:
+    """{'## ' heading: {key: [the other cells]}} of every markdown table row whose first cell is a `key`: the
+    reference pages (docs/settings.md, docs/manifest.md) as their tests read them."""
+    out, heading = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            heading = line[3:].strip()
+        elif line.startswith("| `") and heading:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            out.setdefault(heading, {})[cells[0].strip("`")] = cells[1:]
+    return out

@@ -16,16 +16,7 @@ STAGES = ("distill", "export", "quantize", "evaluate", "bench")  # finetune and 
 # Metrics table lists anyway; every other kind of key appears
 
 
-def tables(text: str) -> dict:
-    """{'## ' heading: {key: [type, present, meaning]}} of every table row whose first cell is a `key`."""
-    out, heading = {}, None
-    for line in text.splitlines():
-        if line.startswith("## "):
-            heading = line[3:].strip()
-        elif line.startswith("| `") and heading:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            out.setdefault(heading, {})[cells[0].strip("`")] = cells[1:]
-    return out
+tables = testing.doc_tables  # {'## ' heading: {key: [type, present, meaning]}}
 
 
 DOC_TEXT = DOC.read_text(encoding="utf-8")

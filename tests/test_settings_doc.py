@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from edgekit import data, devices, recipe, stages
+from edgekit import data, devices, recipe, stages, testing
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 SKIP = ("artifact", "out_dir", "ctx")
@@ -16,14 +16,8 @@ UNKNOWN = object()  # a default the code applies where it is used (devices: spec
 
 def tables(text: str) -> dict:
     """{section heading: {setting: {"default": cell, "allowed": cell}}} of every table under a '## ' heading."""
-    out, heading = {}, None
-    for line in text.splitlines():
-        if line.startswith("## "):
-            heading = line[3:].strip()
-        elif line.startswith("| `") and heading:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            out.setdefault(heading, {})[cells[0].strip("`")] = {"default": cells[1], "allowed": cells[2]}
-    return out
+    return {heading: {key: {"default": cells[0], "allowed": cells[1]} for key, cells in rows.items()}
+            for heading, rows in testing.doc_tables(text).items()}
 
 
 def literal(cell: str):
