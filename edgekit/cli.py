@@ -3,6 +3,7 @@ Exit codes: EXIT_CODES below. Errors are one line; -v shows the traceback."""
 import argparse
 import errno
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -172,8 +173,8 @@ def build_parser():
     r.add_argument("name", nargs="?")
     r.set_defaults(func=cmd_recipes)
 
-    a = sub.add_parser("assets", help="list offline assets, or `assets fetch NAME`")
-    a.add_argument("action", nargs="?", default="list", help="list (default) or fetch")
+    a = sub.add_parser("assets", help="list offline assets and the cache, `assets fetch NAME`, `assets clean NAME`")
+    a.add_argument("action", nargs="?", default="list", help="list (default), fetch or clean")
     a.add_argument("name", nargs="?")
     a.set_defaults(func=cmd_assets)
 
@@ -406,9 +407,21 @@ def cmd_recipes(args) -> int:
 def cmd_assets(args) -> int:
     from edgekit import assets
 
-    if args.action not in ("list", "fetch"):
+    if args.action not in ("list", "fetch", "clean"):
         hint = f"; to fetch that asset: edgekit assets fetch {args.action}" if args.action in assets.ASSETS else ""
-        raise UsageError(f"assets takes list or fetch, not {args.action!r}{hint}")
+        raise UsageError(f"assets takes list, fetch or clean, not {args.action!r}{hint}")
+    if args.action == "clean":
+        entries = [*assets.ASSETS, *MADE]
+        if args.name not in (*entries, "all"):
+            raise UsageError(f"assets clean needs a NAME from: {', '.join(entries)}, or all"
+                             f"{f'; got {args.name!r}' if args.name is not None else ''}")
+        root = assets.cache_dir()
+        freed = 0.0
+        for name in entries if args.name == "all" else [args.name]:
+            freed += folder_mb(root / name)
+            shutil.rmtree(root / name, ignore_errors=True)
+        print(f"removed {args.name} from {root}: {freed:.1f} MB freed (fetched or made again when needed)")
+        return 0
     if args.action == "fetch":
         if args.name not in assets.ASSETS:
             got = f"; got {args.name!r}" if args.name is not None else ""
@@ -422,14 +435,17 @@ def cmd_assets(args) -> int:
     rows = [(r["name"], r["kind"], r["state"], f"{folder_mb(root / r['name']):.1f} MB", r["package"], r["about"])
             for r in assets.listing()]
     rows += [(name, "made", "cached" if (root / name).is_dir() else "none", f"{folder_mb(root / name):.1f} MB", "-",
-              about) for name, about in (("augment", "distill.augment's sentence sets, one per teacher and data"),
-                                         ("qemu-arm64", "the qemu-arm64 target's Debian roots, one per runner set"))]
+              about) for name, about in MADE.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
         print(" ".join(f"{v:{w}s}" for v, w in zip(row, widths)) + " " + row[5])
-    print(f"total {folder_mb(root):.1f} MB; any of these folders may be deleted to free the space: an asset is "
-          f"fetched again and the rest made again when needed")
+    print(f"total {folder_mb(root):.1f} MB; edgekit assets clean NAME (or all) frees an entry: an asset is fetched "
+          f"again and the rest made again when needed")
     return 0
+
+
+MADE = {"augment": "distill.augment's sentence sets, one per teacher and data",  # cache entries edgekit makes
+        "qemu-arm64": "the qemu-arm64 target's Debian roots, one per runner set"}
 
 
 def folder_mb(path: Path) -> float:

@@ -381,4 +381,8 @@ def test_assets_list_shows_what_the_cache_takes_and_what_may_go(tmp_path, monkey
     out = capsys.readouterr().out
     assert [line.split()[:4] for line in out.splitlines() if line.startswith("augment")] == \
         [["augment", "made", "cached", "2.5"]]
-    assert "qemu-arm64    made" in out and out.splitlines()[-1].startswith("total 2.5 MB; any of these folders may")
+    assert "qemu-arm64    made" in out and out.splitlines()[-1].startswith("total 2.5 MB; edgekit assets clean NAME")
+    assert cli.main(["assets", "clean", "augment"]) == 0 and not (tmp_path / "augment").exists()
+    assert f"removed augment from {tmp_path}: 2.5 MB freed" in capsys.readouterr().out
+    assert cli.main(["assets", "clean", "nothing"]) == 2
+    assert "assets clean needs a NAME from: minilm-l6" in capsys.readouterr().err
