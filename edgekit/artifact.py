@@ -1,4 +1,5 @@
 """What one stage hands the next: a path, its kind, and what is known about it (metrics)."""
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -64,24 +65,28 @@ def size_mb(artifact: Artifact) -> float:
     return weights_mb(artifact.path)
 
 
-def write_json(path: Path, obj) -> None:
-    """Write JSON through a temporary file and a rename: a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+@contextlib.contextmanager
+def through_temp(path: Path, tmp: Path = None):
+    """The temp file a writer fills, renamed onto `path` when the block ends without an error and removed when it
+    does not (a full disk, Ctrl-C): a reader sees the old file or the new one, never half, and no temp file stays
+    behind. `tmp`: its name (by default a hidden one beside `path`)."""
+    tmp = tmp or path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)  # after an error or Ctrl-C no temp file stays behind (after the rename it is gone)
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON through a temporary file and a rename (through_temp), flushed to disk first."""
+    with through_temp(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_text(path: Path, text: str) -> None:
     """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with through_temp(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

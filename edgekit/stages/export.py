@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from edgekit import families, native, runtime, targets
-from edgekit.artifact import Artifact, size_mb, write_json
+from edgekit.artifact import Artifact, size_mb, through_temp, write_json
 from edgekit.errors import EdgekitError
 
 EXPORTERS = ("torchscript", "dynamo")
@@ -155,23 +155,10 @@ def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,
     for b in buckets:
         args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))
         converter = (litert_torch if converter is None else converter).signature(f"seq{b}", wrapper, args)
-    with through_temp(path, ".tflite.tmp") as tmp, warnings.catch_warnings(), native.hidden_output():
+    with through_temp(path, path.with_suffix(".tflite.tmp")) as tmp, warnings.catch_warnings(), native.hidden_output():
         warnings.simplefilter("ignore")  # its [START]/[DONE] steps and the converter's native log went among the
         converter.convert().export(str(tmp))  # results of `edgekit compress`; errors still raise
     return applied
-
-
-@contextlib.contextmanager
-def through_temp(path: Path, suffix: str):
-    """The temp file (`path` with `suffix`) a writer fills, renamed onto `path` when the block ends without an error
-    and removed when it does not (a full disk, Ctrl-C): a reader sees the old file or the new one, and no half-written
-    file stays behind (as artifact.write_json)."""
-    tmp = path.with_suffix(suffix)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"], int32: bool = False):
@@ -373,7 +360,7 @@ def to_torchscript(model, sample: tuple, path: Path) -> None:
         traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
     buffer = io.BytesIO()  # serialized in memory, written from Python: torch's own file writer aborted the process
     torch.jit.save(traced, buffer)  # on a full disk (exit 134, from C++), leaving a half-written file
-    with through_temp(path, ".pt.tmp") as tmp:
+    with through_temp(path, path.with_suffix(".pt.tmp")) as tmp:
         tmp.write_bytes(buffer.getvalue())
 
 
@@ -384,7 +371,7 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
     model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul: the pattern runtimes fuse
     wrapper = _Logits(model, additive_mask=additive_mask).eval()
     names = {"input_names": ["input_ids", "attention_mask"], "output_names": ["logits"], "opset_version": opset}
-    with through_temp(path, ".onnx.tmp") as tmp, warnings.catch_warnings():
+    with through_temp(path, path.with_suffix(".onnx.tmp")) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporters' own deprecation chatter is not the user's concern
         if exporter == "dynamo":
             batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_length)
@@ -443,7 +430,7 @@ def fixed_reshapes(path: Path, sample: tuple) -> int:
              ((ids, mask), (ids[:1, :-1], mask[:1, :-1]), (np.tile(ids, (2, 1)), np.tile(mask, (2, 1))))]
     if not fixed or not same_logits(original, model, feeds):
         return 0
-    with through_temp(path, ".onnx.tmp") as tmp:
+    with through_temp(path, path.with_suffix(".onnx.tmp")) as tmp:
         onnx.save(model, str(tmp))
     return fixed
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import native, runtime, targets, tflite_file
-from edgekit.artifact import Artifact, size_mb, write_json
+from edgekit.artifact import Artifact, size_mb, through_temp, write_json
 from edgekit.errors import EdgekitError
 from edgekit.stages.evaluate import accuracy
 from edgekit.stages.export import compare
@@ -282,19 +282,18 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
     """ONNX Runtime dynamic INT8 of `source` written to `target` (through a temporary file)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tmp = target.with_name(target.name + ".q.tmp")
     prepared = target.with_name(target.name + ".prepared.tmp")
-    try:
-        if prep:
-            preprocess(source, prepared)
-        quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel,
-                         reduce_range=reduce_range, weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
-                         nodes_to_exclude=list(exclude), nodes_to_quantize=only,
-                         extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
-        os.replace(tmp, target)
-    finally:  # an error or Ctrl-C leaves no temp file (a BERT-base one is hundreds of MB)
+    try:  # an error or Ctrl-C leaves no temp file (a BERT-base one is hundreds of MB)
+        with through_temp(target, target.with_name(target.name + ".q.tmp")) as tmp:
+            if prep:
+                preprocess(source, prepared)
+            quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel,
+                             reduce_range=reduce_range,
+                             weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
+                             nodes_to_exclude=list(exclude), nodes_to_quantize=only,
+                             extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
+    finally:
         prepared.unlink(missing_ok=True)
-        tmp.unlink(missing_ok=True)
 
 
 def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
