@@ -265,15 +265,14 @@ def aligned(text: str) -> str:
             block.append([c.strip() for c in line[1:-1].split("|")])
             continue
         if block:
-            cells = [r for r in block if not set("".join(r)) <= set("-:")]  # the rule row sets no width
-            widths = [max([3] + [len(r[i]) for r in cells if i < len(r)]) for i in range(max(map(len, block)))]
+            rule = [set("".join(r)) <= set("-:") for r in block]  # the |---|--:| row: it sets no width
+            widths = [max([3] + [len(r[i]) for r, is_rule in zip(block, rule) if not is_rule and i < len(r)])
+                      for i in range(max(map(len, block)))]
             right = [c.endswith(":") for c in block[1]] if len(block) > 1 else []
-            for r in block:
-                if set("".join(r)) <= set("-:"):
-                    cells = [("-" * (w - 1) + ":") if c.endswith(":") else "-" * w for c, w in zip(r, widths)]
-                else:
-                    cells = [c.rjust(w) if i < len(right) and right[i] else c.ljust(w)
-                             for i, (c, w) in enumerate(zip(r, widths))]
+            for r, is_rule in zip(block, rule):
+                cells = [("-" * (w - 1) + ":" if c.endswith(":") else "-" * w) if is_rule
+                         else c.rjust(w) if i < len(right) and right[i] else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))]
                 out.append("| " + " | ".join(cells) + " |")
             block = []
         out.append(line)

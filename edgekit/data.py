@@ -189,7 +189,7 @@ def unlabelled(source: str, examples: int, seed: int = 0, exclude=()) -> list:
             raise EdgekitError(f"transfer file {source} is not UTF-8 text; convert it to UTF-8")
     else:
         raise UsageError(f"transfer source '{source}' is not tweets-3class nor a local .txt file; give one of them "
-                           f"(one text per line)")
+                         f"(one text per line)")
     key = lambda t: " ".join(t.lower().split())  # noqa: E731
     seen, kept = {key(t) for t in exclude}, []
     for text in texts:
@@ -230,7 +230,7 @@ def check_source(source: str) -> None:
     path = Path(source)
     if not path.is_file():
         raise UsageError(f"dataset {path} not found; give {', '.join(DATASETS)} or a local "
-                           f"{'/'.join(FILE_SUFFIXES)} file")
+                         f"{'/'.join(FILE_SUFFIXES)} file")
     if path.suffix not in FILE_SUFFIXES:
         raise UsageError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
 
@@ -290,9 +290,9 @@ def _check_columns(path: Path, columns: list, used: tuple) -> None:
         if col not in columns:
             if near := [c for c in columns if str(c).strip().lower() == col.strip().lower()]:
                 raise UsageError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
-                                   f"as '{col}', or set data.{setting} to {near[0]!r}")
+                                 f"as '{col}', or set data.{setting} to {near[0]!r}")
             raise UsageError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(repr, columns))}; "
-                               f"set data.text_column / data.label_column / data.split_column")
+                             f"set data.text_column / data.label_column / data.split_column")
         where = [str(i) for i, c in enumerate(columns, 1) if c == col]
         if len(where) > 1:
             times = "twice" if len(where) == 2 else f"{len(where)} times"
@@ -336,7 +336,7 @@ CHUNK_CHARS = 2_000_000  # text per tokenizer call: it holds every token of a te
 
 def encode(tokenizer, examples: list, max_length: int, progress: bool = False, desc: str = "tokenize") -> list:
     """Tokenize once: [(input_ids, label)]. In chunks, so memory follows the chunk, not the whole set (3,000 texts
-    of 10k characters took 1.9 GB in one call); a bar when `progress` and the set is large."""
+    of 10k characters: 1.16 GB peak in one call, 0.38 GB in chunks); a bar when `progress` and the set is large."""
     from tqdm import tqdm
 
     ids, start = [], 0
