@@ -7,6 +7,7 @@ import json
 import math
 import random
 import sys
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,11 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     if not by_split["train"]:
         raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
     names = sorted({label for _, label in by_split["train"]}, key=_label_order)
+    fractional = [n for n in names if _number(n) is not None and _number(n) % 1]
+    if fractional and all(_number(n) is not None for n in names):  # a regression target, not class ids
+        raise EdgekitError(f"dataset {source} label column holds fractional numbers ({', '.join(fractional[:3])}"
+                           f"{', ...' * (len(fractional) > 3)}): edgekit trains classifiers; give class names or "
+                           f"whole-number class ids")
     if len(names) < 2:
         raise EdgekitError(f"dataset {source} has one class ({names[0]}) in training; a classifier needs at least two")
     ids = {name: i for i, name in enumerate(names)}
@@ -80,6 +86,10 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rng.shuffle(encoded[s])
     if max_train:
         encoded["train"] = encoded["train"][:max_train]
+        trained = {y for _, y in encoded["train"]}
+        if untrained := [n for i, n in enumerate(names) if i not in trained]:
+            raise EdgekitError(f"data.max_train={max_train} leaves {len(untrained)} of {len(names)} classes without "
+                               f"a training row ({', '.join(untrained[:5])}); raise max_train, or 0 for all rows")
     if max_eval:
         encoded["validation"] = encoded["validation"][:max_eval]
         encoded["test"] = encoded["test"][:max_eval]
@@ -105,11 +115,12 @@ def describe(splits: Splits) -> str:
 
 
 def warnings(splits: Splits) -> list:
-    """One line each: labels that look like one class written two ways, and classes with very few rows."""
+    """One line each: labels that look like one class written two ways, classes with very few rows, and a class
+    that holds most of the training rows."""
     classes = _class_counts(splits)
     out, by_text, by_number = [], {}, {}
     for name in classes:
-        by_text.setdefault(" ".join(name.lower().split()), []).append(name)
+        by_text.setdefault(_spelling(name), []).append(name)
         try:
             if math.isfinite(float(name)):
                 by_number.setdefault(float(name), []).append(name)
@@ -117,8 +128,9 @@ def warnings(splits: Splits) -> list:
             pass
     for group in by_text.values():
         if len(group) > 1:
-            how = ("case" if len({n.lower() for n in group}) == 1 else
-                   "spacing" if len({" ".join(n.split()) for n in group}) == 1 else "case and spacing")
+            # a way of writing differs when the names stay apart with every other way ignored
+            how = [k for k in SPELLINGS if len({_spelling(n, set(SPELLINGS) - {k}) for n in group}) > 1]
+            how = " and ".join(how or SPELLINGS)
             out.append(f"labels {_quoted(group)} differ only in {how}: they are separate classes; "
                        f"make them one spelling if they are one class")
     for group in by_number.values():
@@ -130,7 +142,27 @@ def warnings(splits: Splits) -> list:
         if n < 5 or n < total / 100:
             out.append(f"class '{name}' has {n} row{'s' if n != 1 else ''} ({100 * n / total:.1f}% of {total}); "
                        f"check its label for a typo or a stray field, or add rows of it")
+    train = Counter(y for _, y in splits.train)
+    top, n = max(train.items(), key=lambda item: item[1], default=(0, 0))
+    if n and n >= 0.8 * len(splits.train):
+        share = f"{100 * n / len(splits.train):.1f}%"
+        out.append(f"class '{splits.labels[top]}' holds {share} of the {len(splits.train)} training rows: a model that "
+                   f"always answers '{splits.labels[top]}' scores about {share} accuracy; compare accuracy against "
+                   f"that share")
     return out
+
+
+SPELLINGS = ("case", "spacing", "invisible characters")  # ways one label is written differently, that warnings names
+
+
+def _spelling(name: str, ignore=SPELLINGS) -> str:
+    """`name` with the ways of writing in `ignore` taken out: invisible (Unicode format, Cf) characters such as
+    a zero-width space or a byte-order mark, runs of spaces, case."""
+    if "invisible characters" in ignore:
+        name = "".join(c for c in name if unicodedata.category(c) != "Cf")
+    if "spacing" in ignore:
+        name = " ".join(name.split())
+    return name.lower() if "case" in ignore else name
 
 
 def _class_counts(splits: Splits) -> dict:
@@ -146,7 +178,23 @@ def _quoted(names: list) -> str:
 
 
 def _label_order(name: str):
-    return (0, int(name), "") if name.lstrip("-").isascii() and name.lstrip("-").isdecimal() else (1, 0, name)
+    """Numbers (1, 2.5, 10.0) by value, transformers' default names LABEL_<k> by k among the other names, the
+    rest as text; the name itself breaks ties, so the order never depends on the order rows were read."""
+    if _number(name) is not None:
+        return (0, "", _number(name), name)
+    head, k = name[:6], name[6:]
+    if head == "LABEL_" and k.isascii() and k.isdecimal():
+        return (1, head, int(k), name)
+    return (1, name, 0, name)
+
+
+def _number(name: str):
+    """The value of a label written as a plain number (ASCII digits, sign, point, exponent), else None."""
+    try:
+        value = float(name) if name.isascii() and "_" not in name else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _hash_split(key: str) -> str:
@@ -254,6 +302,11 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                     raise EdgekitError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
                 if twice := [k for k in used if k in record.repeated]:  # json keeps the last one silently
                     raise EdgekitError(f"{path} line {n} gives key {twice[0]!r} twice; give each key once")
+                for key, what, todo in ((label_column, "label", "edgekit trains single-label classifiers: give one "
+                                                 "label per row"), (text_column, "text", "give each text as a string")):
+                    if isinstance(record.get(key), (list, dict)):  # multi-label data: its repr is no class name
+                        kind = "a list" if isinstance(record[key], list) else "an object"
+                        raise EdgekitError(f"{path}: {what} on line {n} is {kind}; {todo}")
                 records.append(record)
         if records:  # a key any record has is a column; a record without it is a row without that value
             _check_columns(path, list(dict.fromkeys(k for r in records for k in r)), used)
@@ -264,13 +317,14 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     rows = []
     for r in records:
         text, label = r.get(text_column), r.get(label_column)
-        if text is None or label is None or str(text).strip() == "" or str(label).strip() == "":
-            continue  # a missing value: the row carries no example
+        label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
+        if text is None or label is None or str(text).strip() == "" or str(label).strip() in ("", "nan", "NaN", "NAN"):
+            continue  # a missing value (pandas writes one as nan): the row carries no example
         split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(str(text))
         split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
         if split not in ("train", "validation", "test"):
             raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (dev), test")
-        rows.append((str(text), str(label).strip(), split))
+        rows.append((str(text), unicodedata.normalize("NFC", str(label)).strip(), split))  # NFD (macOS) is NFC
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")
     return rows, len(records)

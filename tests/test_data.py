@@ -246,3 +246,86 @@ def test_a_run_says_how_many_training_texts_max_length_cuts(model_dir, tmp_path,
     pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
     err = capsys.readouterr().err  # half the texts are 40 words long: a warning even without progress
     assert "warning: " in err and "%) reach max_length 32 tokens and are cut there; raise max_length" in err
+
+
+def test_float_and_transformers_default_labels_sort_numerically(tmp_path):
+    f = rows_csv(tmp_path, [f"sentence {i},{i % 12}.0" for i in range(240)])  # pandas: an int column with a NaN
+    assert data.load(str(f)).labels == [f"{k}.0" for k in range(12)]  # was: 0.0, 1.0, 10.0, 11.0, 2.0, ...
+    f = rows_csv(tmp_path, [f"sentence {i},LABEL_{i % 12}" for i in range(240)])
+    assert data.load(str(f)).labels == [f"LABEL_{k}" for k in range(12)]  # what a teacher's id2label says
+    mixed = ["b", "LABEL_10", "10", "-1.5", "a", "LABEL_2", "2.0", "LABEL_x", "0", "00"]
+    assert sorted(mixed, key=data._label_order) == ["-1.5", "0", "00", "2.0", "10", "LABEL_2", "LABEL_10",
+                                                    "LABEL_x", "a", "b"]
+    assert sorted(reversed(mixed), key=data._label_order) == sorted(mixed, key=data._label_order)
+
+
+def test_one_label_in_two_unicode_forms_is_one_class(tmp_path):
+    nfc, nfd = "n\u00e9gatif", "ne\u0301gatif"  # NFD: what files exported on macOS often hold
+    f = rows_csv(tmp_path, [f"ne\u0301 {i},{[nfc, nfd, 'positif'][i % 3]}" for i in range(90)])
+    s = data.load(str(f))
+    assert s.labels == [nfc, "positif"] and data.warnings(s) == []  # was: two classes that print alike
+    assert all("ne\u0301 " in t for t, _ in s.train + s.validation + s.test)  # texts are left as they are
+
+
+def test_labels_that_differ_only_in_invisible_characters_are_named(tmp_path):
+    labels = ["pos", "pos\u200b", "neg", "\ufeffneg"]  # a zero-width space, a byte-order mark
+    f = rows_csv(tmp_path, [f"sentence {i},{labels[i % 4]}" for i in range(400)])
+    w = data.warnings(data.load(str(f)))
+    assert "labels 'pos' and 'pos\u200b' differ only in invisible characters: they are separate classes; make " \
+           "them one spelling if they are one class" in w
+    assert any(line.startswith("labels 'neg' and '\ufeffneg' differ only in invisible characters") for line in w)
+
+
+def test_fractional_number_labels_are_refused_as_a_regression_target(tmp_path):
+    f = rows_csv(tmp_path, [f"sentence {i},{0.2 + (i % 40) / 100:.2f}" for i in range(400)])
+    with pytest.raises(EdgekitError) as e:  # was: 40 classes of about 10 rows, no word
+        data.load(str(f))
+    assert "label column holds fractional numbers (0.20, 0.21, 0.22, ...): edgekit trains classifiers; give class " \
+           "names or whole-number class ids" in str(e.value)
+    f = rows_csv(tmp_path, [f"sentence {i},{['1.5', 'a', 'b'][i % 3]}" for i in range(90)])
+    assert data.load(str(f)).labels == ["1.5", "a", "b"]  # not every label a number: a class name
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"text": "x", "label": ["a", "b"]}', "label on line 61 is a list; edgekit trains single-label classifiers"),
+    ('{"text": "x", "label": {"a": 1}}', "label on line 61 is an object; edgekit trains single-label classifiers"),
+    ('{"text": ["x"], "label": "a"}', "text on line 61 is a list; give each text as a string"),
+])
+def test_jsonl_lists_and_objects_are_refused_with_their_line(tmp_path, line, message):
+    f = tmp_path / "d.jsonl"  # was: a class named "['a', 'b']", a text "['x']"
+    f.write_text("".join(json.dumps({"text": f"s{i}", "label": "ab"[i % 2]}) + "\n" for i in range(60)) + line + "\n")
+    with pytest.raises(EdgekitError, match=message.replace("[", r"\[")):
+        data.load(str(f))
+
+
+def test_jsonl_booleans_keep_their_json_spelling(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text("".join(json.dumps({"text": f"s{i}", "label": i % 2 == 0}) + "\n" for i in range(60)))
+    assert data.load(str(f)).labels == ["false", "true"]  # was: False, True
+
+
+def test_nan_labels_are_missing_values_and_none_is_a_class(tmp_path):
+    f = rows_csv(tmp_path, two_classes() + ["x,nan", "y,NaN", "z,NAN"])
+    s = data.load(str(f))  # was: a class 'nan' of pandas' missing values
+    assert s.labels == ["a", "b"] and s.stats["skipped"] == 3
+    f = rows_csv(tmp_path, [f"sentence {i},{['None', 'null'][i % 2]}" for i in range(60)])
+    assert data.load(str(f)).labels == ["None", "null"]
+
+
+def test_max_train_that_leaves_a_class_untrained_is_refused(tmp_path):
+    f = rows_csv(tmp_path, [f"sentence {i},c{i % 20}" for i in range(400)])
+    with pytest.raises(EdgekitError) as e:  # was: 11 of 20 classes never trained, no word
+        data.load(str(f), max_train=10)
+    assert "data.max_train=10 leaves " in str(e.value) and " of 20 classes without a training row (" in str(e.value)
+    assert "raise max_train, or 0 for all rows" in str(e.value) and "\n" not in str(e.value)
+    assert len(data.load(str(f), max_train=200).train) == 200
+
+
+def test_a_class_with_most_training_rows_gets_a_majority_baseline_warning(tmp_path):
+    f = rows_csv(tmp_path, [f"s{i},{'neg' if i % 25 else 'pos'}" for i in range(2000)])
+    s = data.load(str(f))
+    share = f"{100 * sum(y == 0 for _, y in s.train) / len(s.train):.1f}%"
+    assert data.warnings(s) == [f"class 'neg' holds {share} of the {len(s.train)} training rows: a model that always "
+                                f"answers 'neg' scores about {share} accuracy; compare accuracy against that share"]
+    f = rows_csv(tmp_path, [f"s{i},{'neg' if i % 4 else 'pos'}" for i in range(2000)])
+    assert data.warnings(data.load(str(f))) == []  # 75%: no warning

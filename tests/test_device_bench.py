@@ -190,3 +190,10 @@ def test_labelled_csv_with_a_byte_order_mark_reads(tmp_path):
     path = tmp_path / "excel.csv"
     path.write_bytes("\ufefftext,label\ngood film,pos\nbad film,neg\n".encode("utf-8"))
     assert runner.read_labelled(path, ["neg", "pos"], "text", "label") == (["good film", "bad film"], [1, 0])
+
+
+def test_labelled_csv_labels_are_read_as_edgekit_compress_reads_them(tmp_path):
+    runner = devices.runner_module()
+    path = tmp_path / "test.csv"  # was: "labels the model does not know (pos )", the space unseen
+    path.write_text("text,label\ngood film,pos \nbad film, ne\u0301g\n", encoding="utf-8")
+    assert runner.read_labelled(path, ["n\u00e9g", "pos"], "text", "label") == (["good film", "bad film"], [1, 0])

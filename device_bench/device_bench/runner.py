@@ -18,6 +18,7 @@ import platform
 import resource
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -284,7 +285,7 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str)
     if not rows or text_column not in rows[0] or label_column not in rows[0]:
         raise BenchError(f"{path} needs a header with columns {text_column} and {label_column} and at least one row")
     index = {name: i for i, name in enumerate(labels)}
-    raw = [r[label_column] for r in rows]
+    raw = [unicodedata.normalize("NFC", r[label_column] or "").strip() for r in rows]  # as edgekit compress reads them
     if all(v in index for v in raw):
         ids = [index[v] for v in raw]
     elif all(v.strip().isdigit() and int(v) < len(labels) for v in raw):
