@@ -300,7 +300,10 @@ def summary(manifest: dict) -> str:
             rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.2f')} | {fmt(m.get('accuracy'), '.4f')} | "
                         f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
     rows.append("")
-    scored = (f"teacher accuracy {final['teacher_accuracy']}, retained {final.get('accuracy_retained')}"
+    majority = f" (always the commonest class: {final['majority_accuracy']})" if "majority_accuracy" in final else ""
+    kept = final.get("accuracy_retained")
+    scored = (f"teacher accuracy {final['teacher_accuracy']}{majority}, "
+              f"retained {'undefined (the teacher scored 0)' if kept is None else kept}"
               f"{gate.interval_note(final.get('accuracy_retained_interval'))}"
               f"{f' on {n} {split} sentences' if (n := final.get('eval_examples')) and (split := final.get('eval_split')) else ''}"
               if final.get("teacher_accuracy") is not None else "accuracy not measured (no evaluate stage)")

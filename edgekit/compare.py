@@ -85,7 +85,12 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
     model, source = build(spec)
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)}
-    task_model = source is not None and data is not None and families.label_names(model.config) == data.labels
+    names = families.label_names(model.config)
+    if source is not None and data is not None and names != data.labels and sorted(names) == sorted(data.labels):
+        from edgekit.pipeline import relabel
+
+        data = relabel(data, names)  # the same classes in the model's order
+    task_model = source is not None and data is not None and names == data.labels
     if data is not None and not task_model:
         why = "has random weights" if source is None else \
             f"predicts {families.label_names(model.config)}, the data's labels are {data.labels}"

@@ -2,6 +2,7 @@
 save and cut a model of each family. transformers 5 has no `prune_heads`, so pruned shapes travel in
 config.json under `edgekit_shapes` and are re-applied before the weights are loaded."""
 import logging
+import sys
 import warnings
 from pathlib import Path
 
@@ -55,6 +56,11 @@ def layers(model):
 
 def label_names(config) -> list:
     """The classifier's labels, index = class id."""
+    if sorted(config.id2label) != list(range(config.num_labels)):  # transformers makes the keys ints
+        keys = ", ".join(map(str, sorted(config.id2label)[:6]))
+        raise EdgekitError(f"{getattr(config, 'name_or_path', '') or 'the model'}'s config.json numbers its classes "
+                           f"{keys} (id2label); they must be the class ids 0 to {config.num_labels - 1}: renumber "
+                           f"id2label and label2id in config.json")
     return [config.id2label[i] for i in range(config.num_labels)]
 
 
@@ -116,14 +122,17 @@ def load_model(path, labels=None):
                                f"({(bad + missing)[0]}); the checkpoint is damaged, re-run the prune stage")
         model.load_state_dict(state, strict=False)
         return model.eval()
+    # trained for the data's labels (finetune): a regression or multi-label head becomes a single-label classifier
+    single = {"problem_type": "single_label_classification"} if labels is not None and config.problem_type in (
+        "regression", "multi_label_classification") else {}
     if labels is None or old == list(labels):
         with torch.device("cpu"):
-            return AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True).eval()
+            return AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True, **single).eval()
     labels = list(labels)
     with torch.device("cpu"):
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
-            ignore_mismatched_sizes=True, output_loading_info=True, use_safetensors=True)  # never a pickle
+            ignore_mismatched_sizes=True, output_loading_info=True, use_safetensors=True, **single)  # never a pickle
     head = [m for n, m in model.named_children() if n != model.base_model_prefix]
     fresh = [k if isinstance(k, str) else k[0] for k in [*info["missing_keys"], *info.get("mismatched_keys", ())]]
     loaded = not any(k.split(".")[0] != model.base_model_prefix for k in fresh)  # the folder had this head
@@ -135,6 +144,8 @@ def load_model(path, labels=None):
             if out.bias is not None:
                 out.bias.copy_(out.bias[order])
     elif loaded and not unnamed(old):  # a head for other classes: it starts again, as a new head would
+        print(f"edgekit: warning: {path}'s head is trained for [{', '.join(old)}], not [{', '.join(labels)}]; a new "
+              f"head is trained instead (to keep that one, give data with its label names)", file=sys.stderr, flush=True)
         std = getattr(model.config, "initializer_range", 0.02)
         with torch.no_grad():
             for m in (m for h in head for m in h.modules() if isinstance(m, torch.nn.Linear)):

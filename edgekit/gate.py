@@ -159,6 +159,9 @@ def check(path, budgets: list, target: str = None) -> list:
                 continue
             else:  # accuracy of the same file, from the run's evaluate
                 source, numbers = "build machine", measured
+            if metric == "accuracy_retained" and numbers.get("teacher_accuracy") == 0:
+                raise EdgekitError(f"accuracy_retained is undefined: the teacher scored 0 on the run's "
+                                   f"{numbers.get('eval_split', 'evaluation')} split; check the teacher and its labels")
             if not isinstance(numbers.get(metric), (int, float)):
                 raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
                                    f"accuracy, bench for latency and memory) or drop that budget")

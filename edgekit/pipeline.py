@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import edgekit
@@ -192,12 +192,13 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         return follow(recipe, out)
     team = Team(world)
     try:
-        splits = data.load(seed=recipe["seed"], **recipe["data"])
         source = resolve_model(recipe["teacher"])
+        splits = in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), source)
         check_student(recipe)
         check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
             check_labels(source, splits.labels, recipe["teacher"])
+            check_order(source, splits, recipe["teacher"], recipe["max_length"])
         prepare_out(out)
         held = lock(out)
         if foreign := foreign_folders(out):
@@ -216,18 +217,86 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         team.release()  # on an error too: the other ranks stop waiting, rank 0 reports it
 
 
+def in_teacher_order(splits: data.Splits, source: Artifact) -> data.Splits:
+    """The data's classes in the teacher's order where its head names the same classes in another order: class id
+    k then means in every model the run writes what it meant in the teacher, and no output row is moved."""
+    if source.kind != "hf":
+        return splits
+    from transformers import AutoConfig
+
+    have = families.label_names(AutoConfig.from_pretrained(source.path))
+    if families.unnamed(have) or have == splits.labels or sorted(have) != sorted(splits.labels):
+        return splits
+    return relabel(splits, have)
+
+
+def relabel(splits: data.Splits, names: list) -> data.Splits:
+    """`splits` with its classes numbered in the order of `names` (the same names)."""
+    new_id = [names.index(n) for n in splits.labels]
+
+    def moved(rows):
+        return [(t, new_id[y]) for t, y in rows]
+
+    stats = dict(splits.stats)
+    if "classes" in stats:
+        stats["classes"] = {n: stats["classes"][n] for n in names}
+    return replace(splits, train=moved(splits.train), validation=moved(splits.validation), test=moved(splits.test),
+                   labels=list(names), stats=stats)
+
+
 def check_labels(source: Artifact, labels: list, spec: str) -> None:
-    """Without a finetune stage the teacher's class ids are the data's: its named labels must be the data's, in
-    the same order (unnamed LABEL_0.. are taken in order)."""
+    """Without a finetune stage the teacher's class ids are the data's: its named labels must be the data's (the
+    data takes the teacher's order: in_teacher_order; unnamed LABEL_0.. are taken in order), and its head must be a
+    single-label classifier."""
     if source.kind != "hf":
         return
     from transformers import AutoConfig
 
-    have = families.label_names(AutoConfig.from_pretrained(source.path))
+    config = AutoConfig.from_pretrained(source.path)
+    if config.problem_type in ("regression", "multi_label_classification") or config.num_labels == 1:
+        kind = "a multi-label" if config.problem_type == "multi_label_classification" else "a regression"
+        raise EdgekitError(f"teacher {spec} has {kind} head (problem_type {config.problem_type}, {config.num_labels} "
+                           f"output{'s' if config.num_labels != 1 else ''}); edgekit compresses single-label "
+                           f"classifiers: give one, or add a finetune stage, which trains a classification head")
+    have = families.label_names(config)
     if len(have) != len(labels) or (have != labels and not families.unnamed(have)):
+        near = sorted(n.strip().lower() for n in have) == sorted(n.strip().lower() for n in labels)
         raise EdgekitError(f"teacher {spec} predicts [{', '.join(have)}] but the data's labels are "
-                           f"[{', '.join(labels)}] (index = class id); add a finetune stage, which re-heads the "
-                           f"teacher, or give data labelled as the teacher is")
+                           f"[{', '.join(labels)}]{' (they differ only in case or spaces)' if near else ''}; "
+                           f"add a finetune stage, which re-heads the teacher, or give data labelled as the teacher is")
+
+
+ORDER_SAMPLE = 256  # sentences check_order scores
+
+
+def check_order(source: Artifact, splits: data.Splits, spec: str, max_length: int) -> None:
+    """A teacher whose classes were never named (LABEL_0, ...) is taken in the data's label order. Where it clearly
+    scores well in another order and poorly in this one (a model fine-tuned with positive = 0 on data whose labels
+    sort negative first), refuse: every stage would copy the mix-up and accuracy_retained would still read 1.0."""
+    from transformers import AutoConfig
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    from edgekit import runtime
+
+    if source.kind != "hf" or not families.unnamed(families.label_names(AutoConfig.from_pretrained(source.path))):
+        return
+    examples = (splits.validation + splits.train)[:ORDER_SAMPLE]
+    model, k = runtime.load(source.path, max_length=max_length), len(splits.labels)
+    counts = np.zeros((k, k))  # [true class, predicted output]
+    for s in range(0, len(examples), 32):
+        chunk = examples[s:s + 32]
+        for p, (_, y) in zip(model.logits(model.encode([t for t, _ in chunk])).argmax(-1), chunk):
+            counts[y, p] += 1
+    rows, cols = linear_sum_assignment(-counts)  # the order that scores best: true class r <-> output cols[r]
+    given, best = np.trace(counts) / len(examples), counts[rows, cols].sum() / len(examples)
+    majority = counts.sum(1).max() / len(examples)
+    if best >= given + 0.3 and best >= majority + 0.2:
+        order = ", ".join(f"LABEL_{c}={splits.labels[r]}" for r, c in sorted(zip(rows, cols), key=lambda rc: rc[1]))
+        raise EdgekitError(f"teacher {spec} names no classes (LABEL_0, ...), so they are taken in the data's order "
+                           f"[{', '.join(splits.labels)}], but on {len(examples)} of the data's sentences it scores "
+                           f"{given:.2f} that way and {best:.2f} taking {order}; write its classes' names into "
+                           f"its config.json (id2label), or add a finetune stage")
 
 
 class Team:
@@ -266,8 +335,8 @@ def follow(recipe: dict, out: Path) -> None:
     ctx = None
     while "run" in (message := training.tell(None)):
         if ctx is None:  # rank 0 has fetched the assets by now
-            ctx = Context(data.load(seed=recipe["seed"], **recipe["data"]), None, recipe["seed"],
-                          recipe["max_length"], False, recipe["targets"])
+            splits = in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), resolve_model(recipe["teacher"]))
+            ctx = Context(splits, None, recipe["seed"], recipe["max_length"], False, recipe["targets"])
         ctx.teacher = Artifact.from_json(message["teacher"], out)
         torch.manual_seed(ctx.seed)
         stages.entry(message["run"])(Artifact.from_json(message["input"], out), out / message["dir"], ctx,
@@ -615,6 +684,8 @@ def context_of(run: Path, progress: bool = True) -> tuple:
         raise EdgekitError(f"the run's data file {source} is not there any more (the run was moved, or the file "  # typed
                            f"deleted): its test sentences are read from it; put the file back at that path")
     splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
+    if (names := manifest["data"].get("labels")) and names != splits.labels and sorted(names) == sorted(splits.labels):
+        splits = relabel(splits, names)  # the teacher's order, as the run took it (in_teacher_order)
     teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
                    Artifact(Path(manifest["model"]["path"]), "hf"))
     return manifest, Context(splits, teacher, recipe["seed"], recipe["max_length"], progress)

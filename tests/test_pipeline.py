@@ -289,11 +289,11 @@ def test_a_teacher_labelled_otherwise_needs_a_finetune_stage(tmp_path, model_dir
     from edgekit import families, testing
 
     model = families.load_model(model_dir)
-    model.config.id2label, model.config.label2id = {0: "pos", 1: "neg"}, {"pos": 0, "neg": 1}  # the data: neg, pos
-    model.save_pretrained(model_dir)
+    model.config.id2label, model.config.label2id = {0: "good", 1: "bad"}, {"good": 0, "bad": 1}  # the data: neg, pos
+    model.save_pretrained(model_dir)  # (the same names in another order run: tests/test_labels.py)
     path = tmp_path / "no-finetune.yaml"
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export", "evaluate")))
-    with pytest.raises(EdgekitError, match=r"predicts \[pos, neg\] but the data's labels are \[neg, pos\]"):
+    with pytest.raises(EdgekitError, match=r"predicts \[good, bad\] but the data's labels are \[neg, pos\]; add"):
         edgekit.compress(str(path), out=tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # refused before anything is written
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("finetune", "export", "evaluate")))

@@ -75,6 +75,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     t_depth, s_depth = families.num_layers(teacher.config), families.num_layers(model.config)
     pairs = losses.layer_map(layer_map, s_depth, t_depth)
     if init_from:
+        check_init_labels(init_from, families.label_names(teacher.config))
         state = training.read_weights(init_from)
         training.load_weights(model, {k: v for k, v in state.items() if not k.startswith("extra.")}, init_from)
     examples, notes = list(ctx.splits.train), {}
@@ -170,6 +171,21 @@ def student_layers(layers, depth: int, student_config: dict | None) -> list:
                                f"but distill.layers lists {len(keep)} layers; make them agree")
         keep = losses.layer_map("uniform", student_config["num_hidden_layers"], depth)
     return keep
+
+
+def check_init_labels(init_from: str, labels: list) -> None:
+    """A model folder given as init_from was trained for this run's classes, in this order: its head's rows are
+    loaded by position (a checkpoint folder or a bare .safetensors file carries no names to check)."""
+    from transformers import AutoConfig
+
+    folder = Path(init_from)
+    if not (folder / "config.json").is_file():
+        return
+    have = families.label_names(AutoConfig.from_pretrained(folder))
+    if have != labels and not families.unnamed(have):
+        raise EdgekitError(f"init_from {init_from} is a model for [{', '.join(have)}], but this run's classes are "
+                           f"[{', '.join(labels)}] (index = class id); its head would answer for the wrong classes: "
+                           f"give a model trained on these labels, or drop init_from")
 
 
 def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple:

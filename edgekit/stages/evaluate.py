@@ -9,6 +9,8 @@ PyTorch teacher does not depend on its batch and is scored in batches of 64.
 accuracy_retained comes with its 95% paired bootstrap interval over the split's sentences: on ~1,000 sentences a
 point or two either way is what the split itself moves, and a budget bound inside the interval says so."""
 import json
+import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,14 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     teacher_hits = correct(runtime.load(ctx.teacher.path, max_length=ctx.max_length), examples, 64, ctx.progress,
                            "evaluate teacher")  # truncated where the student was trained and exported
     teacher = round(sum(teacher_hits) / len(examples), 4)
+    counts = Counter(label for _, label in examples)
+    top, n_top = counts.most_common(1)[0]
+    majority = round(n_top / len(examples), 4)  # what always answering the commonest class scores
+    if teacher <= majority:
+        tqdm.write(f"edgekit: warning: the teacher scores {teacher:.4f} on {split}, no better than always answering "
+                   f"'{ctx.splits.labels[top]}' ({majority:.4f}): accuracy and accuracy_retained say little here; "
+                   f"check that the teacher is fine-tuned for these labels and reads them in the data's order "
+                   f"({', '.join(ctx.splits.labels)})", file=sys.stderr)
     measured = {}
     for name, a in artifact.all().items():  # every target's artifact, when there are several
         hits = correct(runtime.load(a.path, max_length=ctx.max_length), examples, batch_size, ctx.progress,
@@ -41,7 +51,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
         measured[name] = {"accuracy": score, "teacher_accuracy": teacher,
                           "accuracy_retained": round(score / teacher, 4) if teacher else None,
                           "accuracy_retained_interval": kept_interval(hits, teacher_hits) if teacher else None,
-                          "eval_split": split, "eval_examples": len(examples)}
+                          "majority_accuracy": majority, "eval_split": split, "eval_examples": len(examples)}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
