@@ -4,6 +4,7 @@
     model(["a gripping, funny film"])  # {"labels": ["fresh"], "probs": array([[0.92, 0.08]])} (fresh, rotten)
 """
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,12 @@ from edgekit.errors import EdgekitError, UsageError
 
 
 def load(path, threads: int = 0, max_length: int = 0):
-    """A callable model; `max_length` truncates a transformers folder's inputs (an exported file has its own)."""
-    for name, value in (("threads", threads), ("max_length", max_length)):  # 0: the runtime's own choice
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise UsageError(f"{name}={value!r}: give a whole number >= 1, or 0 for the default")
+    """A callable model, safe to call from several threads. `max_length` truncates every call's texts (a call's own
+    max_length wins), never past what the model takes: an exported file's model.json max_length, a transformers
+    folder's position table. `threads` sets ONNX Runtime's and LiteRT's threads for this model only, but for a
+    transformers folder or a TorchScript .pt it calls torch.set_num_threads: every torch model in the process."""
+    threads = whole_number("threads", threads, 1)
+    max_length = whole_number("max_length", max_length, MIN_LENGTH)
     path = Path(path).expanduser()
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")
@@ -36,13 +39,37 @@ def load(path, threads: int = 0, max_length: int = 0):
         if path.is_dir() and (path / name).is_file():
             path = path / name
     if path.suffix == ".onnx" and path.is_file():
-        return OnnxModel(path, threads)
+        return OnnxModel(path, threads, max_length)
     if path.suffix == ".pt" and path.is_file():
-        return TorchScriptModel(path, threads)
+        return TorchScriptModel(path, threads, max_length)
     if path.suffix == ".tflite" and path.is_file():
-        return TFLiteModel(path, threads)
+        return TFLiteModel(path, threads, max_length)
+    if path.is_dir():  # a stage folder of a run (03-export, 04-quantize): one subfolder per format or target
+        inside = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix in (".onnx", ".pt", ".tflite")
+                        or any((p / n).is_file() for n in ("config.json", "model.onnx", "model.pt", "model.tflite")))
+        if inside:
+            raise EdgekitError(f"{path} is not a model but holds {len(inside)}: {', '.join(inside)}; give one of "
+                               f"them, e.g. {path / inside[0]}")
     raise EdgekitError(f"cannot load {path}: give a transformers folder (config.json), or a .onnx, .tflite or "
                        f"TorchScript .pt file with its model.json")
+
+
+# Every family's tokenizer adds 2 special tokens to one text ([CLS] .. [SEP], <s> .. </s>); below 3 the tokenizers
+# library ignores the limit (truncation off) and transformers does the same
+MIN_LENGTH = 3
+
+
+def whole_number(name: str, value, least: int) -> int:
+    """`value` as an int: 0 (the default), or a whole number >= least (a Python or numpy integer, not a bool)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and (value == 0 or value >= least):
+        return int(value)
+    raise UsageError(f"{name}={short(value)}: give a whole number >= {least}, or 0 for the default")
+
+
+def short(value) -> str:
+    """A user value's repr for a one-line message, cut to about 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -66,10 +93,12 @@ class HFModel:
         self.longest = min(getattr(self.tokenizer, "model_max_length", 512) or 512, 512,
                            families.max_tokens(self.model.config))  # past the position table torch fails
         self.max_length = min(max_length or run_max_length(Path(path)) or self.longest, self.longest)
+        self.lock = threading.Lock()  # a fast tokenizer's call sets truncation on its shared backend, then encodes
 
     def encode(self, texts, max_length=None):
-        enc = self.tokenizer(list(texts), truncation=True, max_length=min(max_length or self.max_length, self.longest),
-                             padding=True, return_tensors="np")
+        with self.lock:
+            enc = self.tokenizer(list(texts), truncation=True, padding=True, return_tensors="np",
+                                 max_length=min(max_length or self.max_length, self.longest))
         return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
 
     def logits(self, batch: dict) -> np.ndarray:
@@ -124,12 +153,14 @@ def check_onnx(path: Path) -> None:
 class SidecarTokenizer:
     """Tokenization from the sidecar's tokenizer.json with the `tokenizers` package (no transformers)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_length: int = 0):
         from tokenizers import Tokenizer
 
         self.meta = read_sidecar(path)
         self.labels = self.meta["labels"]
-        self.max_length = self.meta["max_length"]
+        self.longest = self.meta["max_length"]  # the file takes no more
+        self.max_length = min(max_length or self.longest, self.longest)  # load(max_length=): every call's default
+        self.lock = threading.Lock()  # truncation is the shared tokenizer's state: set and used under one lock
         try:
             self.tokenizer = Tokenizer.from_file(str(path.parent / self.meta["tokenizer"]))
         except Exception as e:  # the tokenizers library raises a bare Exception on a bad file
@@ -138,8 +169,9 @@ class SidecarTokenizer:
         self.tokenizer.no_padding()
 
     def encode(self, texts, max_length=None):
-        self.tokenizer.enable_truncation(min(max_length or self.max_length, self.max_length))
-        encs = self.tokenizer.encode_batch(list(texts))
+        with self.lock:
+            self.tokenizer.enable_truncation(min(max_length or self.max_length, self.longest))
+            encs = self.tokenizer.encode_batch(list(texts))
         width = max(len(e.ids) for e in encs)
         ids = np.full((len(encs), width), self.meta["pad_id"], dtype=np.int64)
         mask = np.zeros((len(encs), width), dtype=np.int64)
@@ -168,12 +200,30 @@ def check_length(batch: dict, meta: dict) -> None:
                            f"(encode() does) or export with a larger max_length")
 
 
-def predict(model, texts, max_length=None) -> dict:
-    """texts (a list of strings, or one string) -> {labels, probs}, the same for every format."""
-    texts = [texts] if isinstance(texts, str) else list(texts)  # a string is one text, never its characters
+def as_texts(texts) -> list:
+    """A call's texts as a list: one string is one text, never its characters."""
+    if isinstance(texts, str):
+        return [texts]
+    got = f"{type(texts).__name__} {short(texts)}"
+    if isinstance(texts, (bytes, bytearray)):  # iterated, they are ints
+        raise EdgekitError(f"a model takes texts (strings), got {got}; decode the bytes first: .decode('utf-8')")
+    if isinstance(texts, (dict, set, frozenset)):  # a dict's keys, a set's order: predictions nobody can map back
+        raise EdgekitError(f"a model takes a string or a list of strings, got {got}; give a list of the texts, in "
+                           f"the order you want the predictions")
+    if not hasattr(texts, "__iter__") or isinstance(texts, np.ndarray) and texts.ndim == 0:
+        raise EdgekitError(f"a model takes a string or a list of strings, got {got}; give str(...) or a list")
+    texts = list(texts)
     odd = [t for t in texts if not isinstance(t, str)]
     if odd:
-        raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {odd[0]!r}")
+        decode = "; decode bytes first: .decode('utf-8')" if isinstance(odd[0], (bytes, bytearray)) else ""
+        raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {short(odd[0])}{decode}")
+    return texts
+
+
+def predict(model, texts, max_length=None) -> dict:
+    """texts (a list of strings, or one string) -> {labels, probs}, the same for every format."""
+    max_length = 0 if max_length is None else whole_number("max_length", max_length, MIN_LENGTH)
+    texts = as_texts(texts)
     if not texts:
         return {"labels": [], "probs": np.zeros((0, len(model.labels)), dtype=np.float32)}
     for i, t in enumerate(texts):
@@ -189,10 +239,10 @@ def predict(model, texts, max_length=None) -> dict:
 class TorchScriptModel:
     kind = "torchscript"
 
-    def __init__(self, path: Path, threads: int = 0):
+    def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
         import torch
 
-        self.path, self.sidecar = Path(path), SidecarTokenizer(path)
+        self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         if threads:
             torch.set_num_threads(threads)
@@ -233,10 +283,10 @@ def disabled_optimizers(meta: dict) -> list:
 class OnnxModel:
     kind = "onnx"
 
-    def __init__(self, path: Path, threads: int = 0):
+    def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
         import onnxruntime as ort
 
-        self.path, self.sidecar = Path(path), SidecarTokenizer(path)
+        self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         check_onnx(path)
         options = ort.SessionOptions()
@@ -268,12 +318,13 @@ class TFLiteModel:
 
     kind = "tflite"
 
-    def __init__(self, path: Path, threads: int = 0):
+    def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
         try:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:
             raise EdgekitError("running .tflite files needs ai-edge-litert: pip install 'edgekit[tflite]'")
-        self.path, self.sidecar = Path(path), SidecarTokenizer(path)
+        self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
+        self.lock = threading.Lock()  # a LiteRT interpreter runs one invocation at a time: calls from threads wait
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         self.buckets = sorted(self.meta.get("buckets") or [self.meta["max_length"]])
         self.names = [i["name"] for i in self.meta["inputs"]]
@@ -299,10 +350,11 @@ class TFLiteModel:
             padded_mask = np.zeros((1, b), dtype=np.int32)
             padded[0, :min(n, b)] = ids[:min(n, b)]
             padded_mask[0, :min(n, b)] = 1
-            out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
-            if out.dtype != np.float32:  # full-integer models return quantized logits: scale them back
-                scale, zero = next(iter(self.runners[b].get_output_details().values()))["quantization"]
-                out = (out.astype(np.float32) - zero) * scale
+            with self.lock:
+                out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
+                if out.dtype != np.float32:  # full-integer models return quantized logits: scale them back
+                    scale, zero = next(iter(self.runners[b].get_output_details().values()))["quantization"]
+                    out = (out.astype(np.float32) - zero) * scale
             rows.append(out)
         return np.stack(rows)
 

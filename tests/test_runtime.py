@@ -318,10 +318,149 @@ def test_the_readme_snippet_runs_the_onnx_and_tflite_files_as_edgekit_does(model
         assert abs(runtime.softmax(logits) - runtime.load(folder / model)([text])["probs"]).max() < 1e-5
 
 
-@pytest.mark.parametrize("kwargs", [{"threads": -3}, {"threads": 1.5}, {"max_length": -1}, {"threads": "2"}])
+@pytest.mark.parametrize("kwargs", [{"threads": -3}, {"threads": 1.5}, {"max_length": -1}, {"threads": "2"},
+                                    {"max_length": 1}, {"max_length": True}])
 def test_load_refuses_thread_and_length_values_it_cannot_use(model_dir, kwargs):
     import edgekit
     from edgekit.errors import UsageError
 
-    with pytest.raises(UsageError, match=f"{next(iter(kwargs))}=.*: give a whole number >= 1, or 0 for the default"):
-        edgekit.load(model_dir, **kwargs)  # threads=-3 was taken silently
+    with pytest.raises(UsageError, match=f"{next(iter(kwargs))}=.*: give a whole number >= [13], or 0 for the default"):
+        edgekit.load(model_dir, **kwargs)  # threads=-3 was taken silently; max_length=1 turned truncation off
+
+
+@pytest.fixture(scope="module")
+def formats(tmp_path_factory):
+    """One tiny model exported once to every format (TFLite with buckets 16 and 32), and its transformers folder."""
+    import importlib.util
+
+    from edgekit import testing
+
+    tmp = tmp_path_factory.mktemp("formats")
+    model_dir = testing.make_model_dir(tmp / "tiny-bert")
+    ctx = Context(data.load(str(testing.make_csv(tmp / "reviews.csv"))), Artifact(model_dir, "hf"), 0, 32, False)
+    names = ["onnx", "torchscript"] + (["tflite"] if importlib.util.find_spec("litert_torch") else [])
+    art = export.run(Artifact(model_dir, "hf"), tmp / "export", ctx, format=names, buckets=[16], check_sentences=8)
+    return dict({f: a.path for f, a in art.outputs.items()}, hf=model_dir)
+
+
+def from_threads(model, calls: dict, times: int = 200) -> list:
+    """Each of `calls` ({name: (texts, max_length)}) in its own thread, `times` times on the one model: the calls
+    whose answer differs from the same call made alone (empty when the model is safe to share)."""
+    import threading
+
+    alone = {k: model(texts, max_length=n)["probs"] for k, (texts, n) in calls.items()}
+    wrong = []
+
+    def work(k):
+        for _ in range(times):
+            try:
+                if abs(model(calls[k][0], max_length=calls[k][1])["probs"] - alone[k]).max() > 1e-6:
+                    wrong.append(k)
+            except Exception as e:  # noqa: BLE001 - any error counts: LiteRT read another call's ids, out of bounds
+                wrong.append(f"{k}: {e}")
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often: a race shows within a few calls
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in calls]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        sys.setswitchinterval(switch)
+    return wrong
+
+
+def test_a_tflite_model_shared_by_threads_answers_each_call_as_alone(formats):
+    """One LiteRT interpreter ran the threads' invocations unlocked: 600 of 4500 calls got another text's answer."""
+    if "tflite" not in formats:
+        pytest.skip("needs litert_torch")
+    model = runtime.load(formats["tflite"])
+    texts = {"a": "good movie " * 8, "b": "bad plot the cast " * 4, "c": "dull " * 20}  # one bucket: 18 to 22 tokens
+    assert {model.bucket_for(model.encode([t])["input_ids"].shape[1]) for t in texts.values()} == {32}
+    assert from_threads(model, {k: (t, None) for k, t in texts.items()}) == []
+
+
+class Yielding:
+    """A tokenizers.Tokenizer that lets the other threads run right after each truncation change, where a thread
+    sharing it may set its own: a race there shows within a few calls, not once in a hundred."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def enable_truncation(self, *args, **kwargs):
+        import time
+
+        self.tokenizer.enable_truncation(*args, **kwargs)
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "tflite", "hf"])
+def test_a_call_max_length_in_one_thread_never_truncates_another_threads_texts(formats, fmt):
+    """encode set truncation on the one shared tokenizer, then encoded: another thread's texts were cut too."""
+    if fmt not in formats:
+        pytest.skip("needs litert_torch")
+    model = runtime.load(formats[fmt], max_length=32)
+    if fmt == "hf":  # a transformers fast tokenizer sets truncation on its `tokenizers` backend at each call
+        model.tokenizer._tokenizer = Yielding(model.tokenizer._tokenizer)
+    else:
+        model.sidecar.tokenizer = Yielding(model.sidecar.tokenizer)
+    long = ["good film " * 5 + "bad " * 20] * 2
+    assert from_threads(model, {"long": (long, None), "cut": (long, 4)}, times=50) == []
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "tflite", "hf"])
+def test_load_max_length_is_every_calls_default_for_every_format(formats, fmt):
+    """load(file, max_length=8) was taken and ignored by .onnx, .pt and .tflite files."""
+    if fmt not in formats:
+        pytest.skip("needs litert_torch")
+    long, limit = ["bad " * 3 + "good " * 200], 128 if fmt == "hf" else 32  # the position table, model.json's
+    model, cut = runtime.load(formats[fmt], max_length=8), runtime.load(formats[fmt])
+    assert model.encode(long)["input_ids"].shape[1] == 8 and cut.encode(long)["input_ids"].shape[1] == limit
+    assert np.array_equal(model(long)["probs"], cut(long, max_length=8)["probs"])
+    assert model.encode(long, 16)["input_ids"].shape[1] == 16  # a call's own max_length wins
+    assert np.array_equal(model(long, max_length=16)["probs"], cut(long, max_length=16)["probs"])
+    assert runtime.load(formats[fmt], max_length=np.int64(500)).encode(long)["input_ids"].shape[1] == limit
+
+
+@pytest.mark.parametrize("value", [1, 2, True, -1, 2.5, "32", np.float64(8)])
+def test_a_call_max_length_that_cannot_work_is_one_line(formats, value):
+    """1 and True turned truncation off (the limit was below the 2 special tokens), -1 was an OverflowError,
+    2.5 and "32" bare TypeErrors."""
+    from edgekit.errors import UsageError
+
+    model = runtime.load(formats["onnx"])
+    with pytest.raises(UsageError, match=f"max_length={re.escape(repr(value))}: give a whole number >= 3, or 0 for "):
+        model("good " * 100, max_length=value)
+    assert model.encode(["good " * 100], 3)["input_ids"].shape[1] == 3  # [CLS] good [SEP]
+    assert model("good " * 100, max_length=np.int64(3))["probs"].shape == (1, 2)
+
+
+@pytest.mark.parametrize("texts, message", [
+    (None, "a model takes a string or a list of strings, got NoneType None; give str(...) or a list"),
+    (5, "got int 5; give str"),
+    (float("nan"), "got float nan; give str"),
+    (np.array("a film"), "got ndarray array('a film', dtype='<U6'); give str"),
+    (b"good movie", "got bytes b'good movie'; decode the bytes first: .decode('utf-8')"),
+    ([b"x" * 5000], "got bytes b'xxxxxxxx"),
+    ({"good movie": 1, "bad film": 0}, ("got dict {'good movie': 1, 'bad film': 0}; give a list of the texts, in the "
+                                        "order you want the predictions")),
+    ({"good movie", "bad film"}, "got set {'"),
+], ids=["none", "int", "float", "0-d-array", "bytes", "huge-bytes-item", "dict", "set"])
+def test_a_call_on_something_that_is_not_texts_is_one_line(formats, texts, message):
+    """None, numbers and 0-d arrays were bare TypeErrors, bytes 'got int 103', a dict classified its keys, a set
+    came back in its own order, a huge item was echoed whole."""
+    with pytest.raises(EdgekitError, match=re.escape(message)) as e:
+        runtime.load(formats["onnx"])(texts)
+    assert len(str(e.value)) < 200
+
+
+def test_a_stage_folder_of_a_run_names_the_models_inside(tmp_path):
+    stage = tmp_path / "03-export"
+    for name in ("onnx/model.onnx", "tflite/model.tflite", "torchscript/model.pt"):
+        (stage / name).parent.mkdir(parents=True)
+        (stage / name).write_bytes(b"0")
+    with pytest.raises(EdgekitError, match=re.escape(f"{stage} is not a model but holds 3: onnx, tflite, torchscript; "
+                                                     f"give one of them, e.g. {stage / 'onnx'}")):
+        runtime.load(stage)
