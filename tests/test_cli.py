@@ -252,7 +252,8 @@ def test_native_banners_stay_out_of_a_quiet_tflite_compress(model_dir, csv_file,
                       .replace("stages:", "targets: [arm64]\nstages:", 1).replace("{check_sentences: 16}", "{format: tflite}", 1))
     done = edgekit("compress", "--recipe", str(recipe), "--out", str(tmp_path / "run"), "--quiet")
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""  # was: absl's "All log messages before absl::InitializeLog()", oneDNN, converter op
+    assert [line for line in done.stderr.splitlines() if not line.startswith("edgekit: warning: ")] == []  # was:
+    # absl's "All log messages before absl::InitializeLog()", oneDNN, converter op (the random teacher is warned about)
     assert "model.tflite" in done.stdout and "INFO" not in done.stdout  # counts, quantizer bars, "Created ... XNNPACK"
 
 

@@ -1,3 +1,5 @@
+import functools
+
 import pytest
 import torch
 
@@ -352,9 +354,14 @@ def test_the_vocab_of_a_vocab_pruned_model_prunes_again_and_reloads(model_dir, c
         assert torch.equal(families.load_model(twice.path)(**inputs).logits, expected)
 
 
-def test_long_steps_show_progress_and_the_training_bar_keeps_to_its_rate_limit(model_dir, csv_file, tmp_path, capsys):
+def test_long_steps_show_progress_and_the_training_bar_keeps_to_its_rate_limit(model_dir, csv_file, tmp_path, capsys,
+                                                                                 monkeypatch):
     """Was: gradient importance ran with no output (138 s on minilm-l6), and the training bar redrew on every step
-    (a CI log got a line per step: set_postfix refreshed past tqdm's rate limit)."""
+    (a CI log got a line per step: set_postfix refreshed past tqdm's rate limit). The limit is set far above the
+    run's length, so the count does not hang on how fast this machine is (on busy cores a step took > 0.1 s)."""
+    from edgekit import training
+
+    monkeypatch.setattr(training, "tqdm", functools.partial(training.tqdm, mininterval=1000))
     ctx = Context(data.load(str(csv_file), max_train=2000), Artifact(model_dir, "hf"), 0, 32, True)
     prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, heads_keep=0.5, steps=2, recover_epochs=6.0, lr=1e-3,
               batch_size=4, importance_batches=4)
