@@ -4,7 +4,7 @@ from edgekit.errors import EdgekitError
 
 TENSOR = {"type": "object", "required": ["name", "dtype", "shape"],
           "properties": {"name": {"type": "string", "minLength": 1},
-                         "dtype": {"enum": ["int32", "int64", "float32", "float16"]},
+                         "dtype": {"enum": ["int32", "int64", "float32", "float16", "int8", "uint8"]},
                          "shape": {"type": "array", "items": {"type": ["string", "integer"]}}}}
 
 MODEL_JSON = {

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -140,6 +141,125 @@ def test_tflite_steps_down_to_a_milder_method_when_the_drop_is_too_large(tmp_pat
                        check_sentences=8)
     q = out.metrics["quantization"]
     assert q["method_changes"] == ["static -> dynamic"] and q["mode"] == "dynamic" and q["met"]
+
+
+def test_static_calibration_fills_each_tflite_bucket_and_onnx_max_length(tmp_path, model_dir, csv_file, monkeypatch):
+    """Was: the training sentences alone (5-11 tokens here), padded; full-integer files then flipped labels on
+    longer inputs (tiny models: 13 to 22 of 36 probe inputs, all of 12+ tokens)."""
+    pytest.importorskip("ai_edge_quantizer")
+    import onnxruntime.quantization as ortq
+    from ai_edge_quantizer import quantizer
+
+    ctx = context(model_dir, csv_file)
+    calib = [t for t, _ in ctx.splits.train[:16]]
+    tfl = export.run(Artifact(model_dir, "hf"), tmp_path / "t", ctx, format="tflite", buckets=[16, 32],
+                     check_sentences=8).path
+    tokens, calibrate = {}, quantizer.Quantizer.calibrate
+
+    def recording(self, data, *args, **kwargs):  # tokens per calibration row, per bucket signature
+        tokens.update({name: sorted(int(r["args_1"].sum()) for r in rows) for name, rows in data.items()})
+        return calibrate(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(quantizer.Quantizer, "calibrate", recording)
+    quantize.tflite_quantize(tfl, tmp_path / "int8.tflite", "static", calib, json.loads(
+        tfl.with_name("model.json").read_text()))
+    assert tokens["seq16"][-1] == 16 and tokens["seq32"][-1] == 32  # the longest rows fill the bucket
+    assert any(16 < n < 32 for n in tokens["seq32"]) and len(tokens["seq32"]) == 16 + 4  # and lengths between
+    assert tokens["seq16"][0] < 12  # the real sentences stay, short
+
+    widths, quantize_static = [], ortq.quantize_static
+
+    def reading(source, target, reader, **kwargs):  # the ONNX calibration inputs, each at its own length
+        items = list(iter(reader.get_next, None))
+        widths.extend(item["input_ids"].shape[1] for item in items)
+        replay = iter(items)
+        reader.get_next = lambda: next(replay, None)
+        return quantize_static(source, target, reader, **kwargs)
+
+    monkeypatch.setattr(ortq, "quantize_static", reading)
+    onnx_file = export.run(Artifact(model_dir, "hf"), tmp_path / "o", ctx, format="onnx", check_sentences=8)
+    quantize.run(onnx_file, tmp_path / "q", ctx, mode="static", calibration_size=16, check_sentences=8)
+    assert len(widths) == 16 + 4 and max(widths) == 32 and min(widths) < 12
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_static_label_agreement_counts_inputs_as_long_as_the_file_takes(tmp_path, model_dir, csv_file, monkeypatch,
+                                                                       mode):
+    """A static file that is wrong only past 12 tokens shows in label_agreement (was: checked on the test sentences
+    alone, 5-11 tokens here, so 1.0); dynamic mode is checked on the test sentences as before."""
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=8)
+    load = runtime.load
+
+    def long_inputs_flipped(path, *args):
+        model = load(path, *args)
+        if Path(path).parent.name == "q":  # the quantized file, as the check loads it
+            logits = model.logits
+            model.logits = lambda batch: np.where((batch["attention_mask"].sum(1) > 12)[:, None],
+                                                  logits(batch)[:, ::-1], logits(batch))
+        return model
+
+    monkeypatch.setattr(runtime, "load", long_inputs_flipped)
+    out = quantize.run(fp32, tmp_path / "q", ctx, mode=mode, calibration_size=8, check_sentences=16)
+    if mode == "dynamic":
+        assert out.metrics["label_agreement"] == 1.0
+    else:  # 16 test sentences and texts of 8+, 16+, 24+ and 32 tokens joined from them: the longer ones flipped
+        assert 16 / 20 <= out.metrics["label_agreement"] <= 18 / 20
+
+
+def test_tflite_sidecars_state_the_output_each_file_returns(tmp_path, model_dir, csv_file):
+    """Was: `logits`, float32, ["batch", 2] for every file; a TFLite signature returns `output_0` [1, 2], int8
+    with a scale and zero point per bucket when full-integer, so reading it by model.json raised KeyError."""
+    pytest.importorskip("ai_edge_quantizer")
+    from ai_edge_litert.interpreter import Interpreter
+
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "t", ctx, format="tflite", buckets=[16, 32],
+                      check_sentences=8)
+    files = [fp32.path] + [quantize.run(fp32, tmp_path / m, ctx, mode=m, calibration_size=8, check_sentences=8).path
+                           for m in ("static", "dynamic")]
+    text = "a great movie , not a bad one"
+    for path in files:
+        meta = json.loads(path.with_name("model.json").read_text())
+        (out,) = meta["outputs"]
+        full_integer = meta.get("quantization") and meta["quantization"]["mode"] == "static"
+        assert out["name"] == "output_0" and out["shape"] == [1, 2]
+        assert out["dtype"] == ("int8" if full_integer else "float32") and ("scale" in out) == bool(full_integer)
+        model = runtime.load(path)
+        batch = model.encode([text])
+        n = batch["input_ids"].shape[1]
+        for bucket, name in meta["signatures"].items():  # read as the sidecar says, on every signature
+            ids, mask = np.full((1, int(bucket)), meta["pad_id"], np.int32), np.zeros((1, int(bucket)), np.int32)
+            ids[0, :n], mask[0, :n] = batch["input_ids"][0], 1
+            raw = Interpreter(str(path)).get_signature_runner(name)(args_0=ids, args_1=mask)[out["name"]]
+            assert raw.dtype == np.dtype(out["dtype"]) and list(raw.shape) == out["shape"]
+            if bucket == "16":  # the one edgekit.load runs this text in: the same logits
+                logits = raw.astype(np.float32)
+                if full_integer:  # the bucket's own scale and zero point
+                    logits = (logits - out["zero_point"][bucket]) * out["scale"][bucket]
+                np.testing.assert_allclose(logits, model.logits(batch), atol=1e-6)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()  # and the README's device snippet does so
+    snippet = readme.split("truncates at `max_length` by itself:\n\n```python\n")[1].split("```")[0]
+    code = "import json, numpy as np\nfrom tokenizers import Tokenizer\n" + snippet[snippet.index("from ai_edge"):]
+    (tmp_path / "arm64-tflite").symlink_to(tmp_path / "static")
+    done = subprocess.run([sys.executable, "-c", code + "\nprint(json.dumps(logits.tolist()))"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-800:]
+    probs = runtime.softmax(np.array(json.loads(done.stdout.splitlines()[-1])))
+    np.testing.assert_allclose(probs, runtime.load(files[1])(["a gripping, funny film"])["probs"], atol=1e-6)
+
+
+def test_onnx_sidecars_state_the_output_each_file_returns(tmp_path, model_dir, csv_file):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "o", ctx, check_sentences=8)
+    for path in [fp32.path] + [quantize.run(fp32, tmp_path / m, ctx, mode=m, calibration_size=8,
+                                            check_sentences=8).path for m in ("static", "fp16")]:
+        (out,) = json.loads(path.with_name("model.json").read_text())["outputs"]
+        (graph_output,) = onnx.load(str(path)).graph.output
+        shape = [d.dim_param or d.dim_value for d in graph_output.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(graph_output.type.tensor_type.elem_type).name
+        assert (out["name"], out["dtype"], out["shape"]) == (graph_output.name, dtype, shape) == ("logits", "float32",
+                                                                                                  ["batch", 2])
 
 
 @pytest.mark.parametrize("calibration", ["entropy", "percentile"])

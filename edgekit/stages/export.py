@@ -20,12 +20,13 @@ EXPORTERS = ("torchscript", "dynamo")
 DYNAMO_OPSET = 18  # the lowest opset the dynamo exporter writes valid files at here
 LIMITS = {"exporter": EXPORTERS, "opset": "[10, 23]", "min_label_agreement": "[0, 1]"}  # opsets the exporter and
 # ORT's quantizer take (9 fails in the exporter; 23 is torch's newest); and recipe.COMMON
-REVISION = 8  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+REVISION = 9  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
 # 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see rewrite
 # 4: and the last layer computes the first token's row alone (TFLite and ONNX); 5: DistilBERT's too
 # 6: ONNX gets the Q|K|V projection and the additive mask too, and constant Reshape shapes (fixed_reshapes)
 # 7: ONNX embeddings without the token-type lookup (no_token_types)
 # 8: tokenizer.json truncates at max_length on its own
+# 9: a TFLite model.json names the output its signatures return (output_0, [1, labels]; was logits, ["batch", labels])
 REWRITES = {"onnx": ("first_token_last_layer", "fused_qkv", "additive_mask", "no_token_types"),
             "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
 
@@ -104,13 +105,34 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     longest = max(buckets) if format == "tflite" else max_length
     save_tokenizer(tokenizer, out_dir / "tokenizer.json", longest)
     labels = families.label_names(model.config)
+    outputs = tflite_outputs(path, extra["signatures"]) if format == "tflite" else [
+        {"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}]  # TorchScript: its one return value
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
             "max_length": longest, "tokenizer": "tokenizer.json",
-            "pad_id": tokenizer.pad_token_id, "inputs": inputs,
-            "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", len(labels)]}],
+            "pad_id": tokenizer.pad_token_id, "inputs": inputs, "outputs": outputs,
             "source": source, **extra}  # TorchScript INT8 re-traces it
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
+
+
+def tflite_outputs(path: Path, signatures: dict) -> list:
+    """model.json's `outputs` of a .tflite file as its signatures (bucket -> name) return them: name, dtype and
+    shape, the same in every bucket, and for an integer output (full-integer INT8) the `scale` and `zero_point` per
+    bucket (each signature is calibrated on its own) that give the logits back: (q - zero_point) * scale."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(path))
+    details = {b: interpreter.get_signature_runner(name).get_output_details() for b, name in signatures.items()}
+    described = [[{"name": k, "dtype": np.dtype(d["dtype"]).name, "shape": d["shape"].tolist()} for k, d in o.items()]
+                 for o in details.values()]
+    if any(d != described[0] for d in described):
+        raise EdgekitError(f"the signatures of {path} return outputs of different names, types or shapes")
+    for out in described[0]:
+        if np.issubdtype(out["dtype"], np.integer):
+            params = {b: o[out["name"]]["quantization"] for b, o in details.items()}
+            out.update(scale={b: float(s) for b, (s, _) in params.items()},
+                       zero_point={b: int(z) for b, (_, z) in params.items()})
+    return described[0]
 
 
 def in_run(source: Path, folder: Path, run: Path) -> str:

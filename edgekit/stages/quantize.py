@@ -13,6 +13,11 @@ at load time, so it is off by default. Target settings (reduce_range, signedness
 TFLite INT8 files are compacted afterwards (edgekit.tflite_file: quantization tables shared between bucket
 signatures, internal debug names dropped; outputs identical).
 
+Static INT8 calibrates on the first `calibration_size` training sentences and, beside them, a quarter as many
+texts that fill each length the file takes (each TFLite bucket; ONNX up to max_length), made by joining those
+sentences: ranges from short sentences alone flipped labels on longer inputs (tiny models: 13 to 22 of 36 inputs of
+12+ tokens). Its check against the FP32 file likewise adds longer texts joined from the test sentences.
+
 `max_accuracy_drop`: the drop against the FP32 export is measured on the validation split, one sentence at a time;
 when it is larger, ONNX keeps its most sensitive weight nodes in float (sensitivity = mean logit error with that
 node alone quantized, on 64 validation sentences), the worst 1, 2, 4, ... of them until the drop holds; TFLite and
@@ -23,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import shutil
 import sys
 import warnings
@@ -34,7 +40,7 @@ from edgekit import native, runtime, targets, tflite_file
 from edgekit.artifact import Artifact, size_mb, through_temp, write_json
 from edgekit.errors import EdgekitError
 from edgekit.stages.evaluate import accuracy
-from edgekit.stages.export import compare
+from edgekit.stages.export import compare, tflite_outputs
 
 MODES = ("dynamic", "static", "fp16")
 CALIBRATIONS = ("minmax", "entropy", "percentile")
@@ -44,6 +50,8 @@ LIMITS = {"mode": MODES, "calibration": CALIBRATIONS, "calibration_size": "[1, i
 FALLBACK = {"static": "dynamic", "dynamic": "fp16"}  # milder methods, for formats without per-node exclusion
 FILES = {"onnx": "model.onnx", "tflite": "model.tflite", "torchscript": "model.pt"}
 LOW_AGREEMENT = 0.9  # under it INT8 changed many labels (bench/results/quantize.json's variants: 0.915-1.0)
+REVISION = 2  # 2: static INT8 calibrates and is checked on texts that fill each length the file takes too (see
+# `filled`); a TFLite model.json states the output its file returns (output_0; INT8: scale and zero point per bucket)
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic", per_channel: bool = True,
@@ -94,17 +102,46 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
                   file=sys.stderr, flush=True)
         with quiet():
             out = quantize_one(source, folder, fmt, target, settings, calib, ctx, max_accuracy_drop)
-        out.metrics.update(compare(runtime.load(source), runtime.load(out.path), ctx.splits.test[:check_sentences]),
+        check, longer = check_examples(out, ctx.splits.test[:check_sentences])
+        out.metrics.update(compare(runtime.load(source), runtime.load(out.path), check + longer),
                            size_mb=size_mb(out), size_ratio=round(size_mb(out) / size_mb(by_format[fmt]), 4),
                            params=by_format[fmt].metrics.get("params"))
         if out.metrics["label_agreement"] < LOW_AGREEMENT:  # said, not refused: the accuracy budget decides
             print(f"edgekit: warning: {target}-{fmt} in {settings['mode']} mode gives its FP32 file's label on only "
-                  f"{out.metrics['label_agreement']:.0%} of {min(check_sentences, len(ctx.splits.test))} test "
-                  f"sentences; check its accuracy, or try another quantize.mode or quantize.max_accuracy_drop",
-                  file=sys.stderr, flush=True)
+                  f"{out.metrics['label_agreement']:.0%} of {len(check)} test sentences"
+                  f"{f' and {len(longer)} longer texts joined from them' if longer else ''}; check its accuracy, or "
+                  f"try another quantize.mode or quantize.max_accuracy_drop", file=sys.stderr, flush=True)
         outputs[f"{target}-{fmt}"] = done[key] = out
     first = next(iter(outputs.values()))
     return Artifact(first.path, first.kind, first.metrics, outputs if len(outputs) > 1 else {})
+
+
+def check_examples(out: Artifact, examples: list) -> tuple:
+    """(test examples, longer ones) to check a quantized file on: static INT8 also on a quarter as many texts
+    joined from the test sentences, up to the file's max_length, where its calibrated ranges may fall short."""
+    texts = [t for t, _ in examples]
+    if out.metrics["quantization"]["mode"] != "static" or not texts:
+        return examples, []
+    tokenizer = runtime.SidecarTokenizer(out.path)
+    lengths = spread(0, tokenizer.meta["max_length"], max(1, len(texts) // 4))
+    return examples, [(t, None) for t in filled(texts, tokenizer.encode, lengths)]
+
+
+def filled(texts: list, encode, lengths: list) -> list:
+    """One text per length in `lengths`, of at least that many tokens (or as many as the tokenizer keeps): `texts`
+    joined in a seeded random order."""
+    rng, out = random.Random(0), []
+    for length in lengths:
+        parts = []
+        while len(parts) < length and encode([" ".join(parts)])["input_ids"].shape[1] < length:
+            parts.append(rng.choice(texts))
+        out.append(" ".join(parts))
+    return out
+
+
+def spread(low: int, high: int, count: int) -> list:
+    """`count` lengths evenly over (low, high], the last one `high`."""
+    return [low + (high - low) * (i + 1) // count for i in range(count)]
 
 
 def target_settings(target: str, fmt: str, reduce_range) -> dict:
@@ -169,7 +206,8 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
                     **applied(fmt, mode, settings), "mode": mode,
                     "weights": "fp16" if mode == "fp16" else settings.get("weights", "int8"),
                     "activations": activations(fmt, mode, settings), **report}
-    write_json(folder / "model.json", dict(meta, target=target, quantization=quantization, **moved))
+    outputs = {"outputs": tflite_outputs(target_file, meta["signatures"])} if fmt == "tflite" else {}  # INT8 or FP32
+    write_json(folder / "model.json", dict(meta, target=target, quantization=quantization, **moved, **outputs))
     return Artifact(target_file, fmt, {"quantization": quantization})
 
 
@@ -297,14 +335,17 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
 
 
 def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
-    """Static INT8 in QDQ form: activation ranges from `calib` sentences (minmax, entropy or percentile). Only
-    weight MatMuls and the embedding Gathers: QDQ around every op (LayerNorm, Softmax, activation x activation
-    MatMuls) measured 75.8 ms against 20.5 ms for dynamic INT8 at 128 tokens, and S8S8 QDQ has no fast x86 kernel
-    (88 ms against 32 ms for U8S8 under the same load), hence the targets' activation types."""
+    """Static INT8 in QDQ form: activation ranges (minmax, entropy or percentile) from `calib` sentences and texts
+    joined from them up to max_length (`filled`). Only weight MatMuls and the embedding Gathers: QDQ around every
+    op (LayerNorm, Softmax, activation x activation MatMuls) measured 75.8 ms against 20.5 ms for dynamic INT8 at
+    128 tokens, and S8S8 QDQ has no fast x86 kernel (88 ms against 32 ms for U8S8 under the same load), hence the
+    targets' activation types."""
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
         quantize_static
 
-    encode = runtime.SidecarTokenizer(source).encode  # model.json and tokenizer lie beside `source`
+    tokenizer = runtime.SidecarTokenizer(source)  # model.json and tokenizer lie beside `source`
+    encode = tokenizer.encode
+    calib = calib + filled(calib, encode, spread(0, tokenizer.meta["max_length"], max(1, len(calib) // 4)))
     if settings["calibration"] == "minmax":  # each sentence alone, at its own length: no padding in the ranges
         items = [encode([t]) for t in calib]
     else:  # ONNX Runtime's histogram calibrators stack every tensor, so all inputs take one width (padded)
@@ -393,10 +434,11 @@ def tflite_quantize(source: Path, target: Path, mode: str, calib: list, meta: di
     result = None
     if q.need_calibration:
         tokenizer = runtime.SidecarTokenizer(source)
-        data = {}
-        for b in meta["buckets"]:
+        data, buckets = {}, sorted(meta["buckets"])
+        for shorter, b in zip([0] + buckets, buckets):  # short sentences padded, then texts filling the bucket:
+            # last, since ai-edge-quantizer's ranges are moving averages (0.95) over the rows, not their extremes
             rows = []
-            for text in calib:
+            for text in calib + filled(calib, tokenizer.encode, spread(shorter, b, max(1, len(calib) // 4))):
                 enc = tokenizer.encode([text], max_length=b)
                 ids = np.full((1, b), meta["pad_id"], dtype=np.int32)
                 mask = np.zeros((1, b), dtype=np.int32)
