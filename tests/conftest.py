@@ -1,4 +1,6 @@
 """Fixtures: tiny models and data from edgekit.testing (no downloads, seconds per test)."""
+import shutil
+
 import pytest
 
 from edgekit import testing
@@ -20,3 +22,22 @@ def tiny_recipe(tmp_path, model_dir, csv_file):
     path = tmp_path / "tiny.yaml"
     path.write_text(testing.tiny_recipe(model_dir, csv_file))
     return path
+
+
+@pytest.fixture(scope="session")
+def one_run(tmp_path_factory):
+    """One finished run of the tiny recipe (every stage), made once for the tests that only read or copy it."""
+    from edgekit import pipeline, recipe
+
+    root = tmp_path_factory.mktemp("gate")
+    text = testing.tiny_recipe(testing.make_model_dir(root / "m"), testing.make_csv(root / "d.csv"))
+    (root / "r.yaml").write_text(text)
+    pipeline.run(recipe.load(str(root / "r.yaml")), root / "run", progress=False)
+    return root / "run"
+
+
+@pytest.fixture
+def finished(one_run, tmp_path):
+    """A private copy of one finished run, free to damage."""
+    shutil.copytree(one_run, tmp_path / "run")
+    return tmp_path / "run"

@@ -8,26 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgekit import cli, gate, pipeline, recipe
+from edgekit import cli, gate
 from edgekit.errors import EdgekitError, UsageError
-
-
-@pytest.fixture(scope="module")
-def one_run(tmp_path_factory):
-    from edgekit import testing
-
-    root = tmp_path_factory.mktemp("gate")
-    text = testing.tiny_recipe(testing.make_model_dir(root / "m"), testing.make_csv(root / "d.csv"))
-    (root / "r.yaml").write_text(text)
-    pipeline.run(recipe.load(str(root / "r.yaml")), root / "run", progress=False)
-    return root / "run"
-
-
-@pytest.fixture
-def finished(one_run, tmp_path):
-    """A private copy of one finished run, free to damage."""
-    shutil.copytree(one_run, tmp_path / "run")
-    return tmp_path / "run"
 
 
 def test_gate_passes_and_fails_on_real_metrics(finished, tmp_path, monkeypatch, capsys):
