@@ -86,14 +86,13 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
     model, source = build(spec)
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)}
     names = families.label_names(model.config)
-    if source is not None and data is not None and names != data.labels and sorted(names) == sorted(data.labels):
-        from edgekit.pipeline import relabel
+    if source is not None and data is not None:
+        from edgekit.pipeline import in_teacher_order
 
-        data = relabel(data, names)  # the same classes in the model's order
+        data = in_teacher_order(data, names)  # the same classes in the model's order
     task_model = source is not None and data is not None and names == data.labels
     if data is not None and not task_model:
-        why = "has random weights" if source is None else \
-            f"predicts {families.label_names(model.config)}, the data's labels are {data.labels}"
+        why = "has random weights" if source is None else f"predicts {names}, the data's labels are {data.labels}"
         tqdm.write(f"edgekit: warning: no accuracy for {spec}: it {why}", file=sys.stderr)
     if task_model:  # a model trained for these labels: its accuracy means something
         from edgekit import runtime

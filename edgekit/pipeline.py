@@ -192,13 +192,16 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         return follow(recipe, out)
     team = Team(world)
     try:
+        from transformers import AutoConfig
+
         source = resolve_model(recipe["teacher"])
-        splits = in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), source)
+        config = AutoConfig.from_pretrained(source.path)  # read once for the label checks
+        splits = in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), families.label_names(config))
         check_student(recipe)
         check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
-            check_labels(source, splits.labels, recipe["teacher"])
-            check_order(source, splits, recipe["teacher"], recipe["max_length"])
+            check_labels(config, splits.labels, recipe["teacher"])
+            check_order(source, config, splits, recipe["teacher"], recipe["max_length"])
         prepare_out(out)
         held = lock(out)
         if foreign := foreign_folders(out):
@@ -217,17 +220,13 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         team.release()  # on an error too: the other ranks stop waiting, rank 0 reports it
 
 
-def in_teacher_order(splits: data.Splits, source: Artifact) -> data.Splits:
-    """The data's classes in the teacher's order where its head names the same classes in another order: class id
-    k then means in every model the run writes what it meant in the teacher, and no output row is moved."""
-    if source.kind != "hf":
+def in_teacher_order(splits: data.Splits, names: list) -> data.Splits:
+    """The data's classes in the order of `names` (a teacher's or model's labels) where they are the same classes in
+    another order: class id k then means in every model the run writes what it meant in the teacher, and no output
+    row is moved."""
+    if families.unnamed(names) or names == splits.labels or sorted(names) != sorted(splits.labels):
         return splits
-    from transformers import AutoConfig
-
-    have = families.label_names(AutoConfig.from_pretrained(source.path))
-    if families.unnamed(have) or have == splits.labels or sorted(have) != sorted(splits.labels):
-        return splits
-    return relabel(splits, have)
+    return relabel(splits, names)
 
 
 def relabel(splits: data.Splits, names: list) -> data.Splits:
@@ -244,15 +243,10 @@ def relabel(splits: data.Splits, names: list) -> data.Splits:
                    labels=list(names), stats=stats)
 
 
-def check_labels(source: Artifact, labels: list, spec: str) -> None:
+def check_labels(config, labels: list, spec: str) -> None:
     """Without a finetune stage the teacher's class ids are the data's: its named labels must be the data's (the
-    data takes the teacher's order: in_teacher_order; unnamed LABEL_0.. are taken in order), and its head must be a
-    single-label classifier."""
-    if source.kind != "hf":
-        return
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(source.path)
+    data takes the teacher's order: in_teacher_order; unnamed LABEL_0.. are taken in order), and its head (`config`)
+    must be a single-label classifier."""
     if config.problem_type in ("regression", "multi_label_classification") or config.num_labels == 1:
         kind = "a multi-label" if config.problem_type == "multi_label_classification" else "a regression"
         raise EdgekitError(f"teacher {spec} has {kind} head (problem_type {config.problem_type}, {config.num_labels} "
@@ -269,17 +263,16 @@ def check_labels(source: Artifact, labels: list, spec: str) -> None:
 ORDER_SAMPLE = 256  # sentences check_order scores
 
 
-def check_order(source: Artifact, splits: data.Splits, spec: str, max_length: int) -> None:
+def check_order(source: Artifact, config, splits: data.Splits, spec: str, max_length: int) -> None:
     """A teacher whose classes were never named (LABEL_0, ...) is taken in the data's label order. Where it clearly
     scores well in another order and poorly in this one (a model fine-tuned with positive = 0 on data whose labels
     sort negative first), refuse: every stage would copy the mix-up and accuracy_retained would still read 1.0."""
-    from transformers import AutoConfig
     import numpy as np
     from scipy.optimize import linear_sum_assignment
 
     from edgekit import runtime
 
-    if source.kind != "hf" or not families.unnamed(families.label_names(AutoConfig.from_pretrained(source.path))):
+    if not families.unnamed(families.label_names(config)):
         return
     examples = (splits.validation + splits.train)[:ORDER_SAMPLE]
     model, k = runtime.load(source.path, max_length=max_length), len(splits.labels)
@@ -335,8 +328,11 @@ def follow(recipe: dict, out: Path) -> None:
     ctx = None
     while "run" in (message := training.tell(None)):
         if ctx is None:  # rank 0 has fetched the assets by now
-            splits = in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), resolve_model(recipe["teacher"]))
-            ctx = Context(splits, None, recipe["seed"], recipe["max_length"], False, recipe["targets"])
+            from transformers import AutoConfig
+
+            names = families.label_names(AutoConfig.from_pretrained(resolve_model(recipe["teacher"]).path))
+            ctx = Context(in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), names), None,
+                          recipe["seed"], recipe["max_length"], False, recipe["targets"])
         ctx.teacher = Artifact.from_json(message["teacher"], out)
         torch.manual_seed(ctx.seed)
         stages.entry(message["run"])(Artifact.from_json(message["input"], out), out / message["dir"], ctx,
@@ -684,8 +680,7 @@ def context_of(run: Path, progress: bool = True) -> tuple:
         raise EdgekitError(f"the run's data file {source} is not there any more (the run was moved, or the file "  # typed
                            f"deleted): its test sentences are read from it; put the file back at that path")
     splits = data.load(seed=recipe["seed"], **{k: v for k, v in recipe["data"].items() if k != "max_eval"})
-    if (names := manifest["data"].get("labels")) and names != splits.labels and sorted(names) == sorted(splits.labels):
-        splits = relabel(splits, names)  # the teacher's order, as the run took it (in_teacher_order)
+    splits = in_teacher_order(splits, manifest["data"].get("labels") or splits.labels)  # the order the run took
     teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
                    Artifact(Path(manifest["model"]["path"]), "hf"))
     return manifest, Context(splits, teacher, recipe["seed"], recipe["max_length"], progress)
