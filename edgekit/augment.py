@@ -27,14 +27,17 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
     """(augmented [(text, label)] without the originals, how replacements were found: mlm or embedding)."""
     weights = [assets.sha256_file(w) for w in sorted(Path(model_dir).glob("*.safetensors"))]  # never a pickle
     weights = weights[0] if len(weights) == 1 else weights  # one file: the key caches made before this had
-    key = hashlib.sha256(json.dumps([weights, examples, copies, p, k, seed]).encode()).hexdigest()
+    marker = _marker(tokenizer)  # a key of its own for BPE and SentencePiece: their entries were made wrong before
+    key = hashlib.sha256(json.dumps([weights, examples, copies, p, k, seed] + ([marker] if marker else [])).encode()
+                         ).hexdigest()
     cache = assets.cache_dir() / "augment" / f"{key[:32]}.json"
     if saved := cached(cache, {label for _, label in examples}):
         return saved
     mlm = masked_lm(model_dir)
     rng = random.Random(seed)
-    words = [_words(tokenizer, text) for text, _ in examples]
-    neighbours = {} if mlm else embedding_neighbours(model_dir, tokenizer, {w for ws in words for w, _ in ws}, k)
+    words = [_words(tokenizer, text, marker) for text, _ in examples]
+    neighbours = {} if mlm else embedding_neighbours(model_dir, tokenizer, {w for ws in words for w, _ in ws}, k,
+                                                     marker)
     from tqdm import tqdm
 
     out = []
@@ -43,7 +46,7 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
         for _ in range(copies):
             chosen = [(w, span) for w, span in ws if rng.random() < p and (mlm or neighbours.get(w))]
             if mlm and chosen:
-                options = mlm_candidates(mlm, tokenizer, text, [span for _, span in chosen], k)
+                options = mlm_candidates(mlm, tokenizer, text, [span for _, span in chosen], k, marker)
             else:
                 options = [neighbours[w] for w, _ in chosen]
             new = text
@@ -88,22 +91,33 @@ def save(cache: Path, examples: list, source: str) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _words(tokenizer, text: str) -> list:
-    """[(token, (start, end))] for the words of `text` that are one whole-word token."""
+def _marker(tokenizer) -> str:
+    """What starts a word's token: '' for WordPiece (its inner pieces start with ##), 'Ġ' for byte-level BPE
+    (RoBERTa), '▁' for SentencePiece (ALBERT, XLM-R), read off the vocabulary."""
+    tokens = list(tokenizer.get_vocab())
+    return next((m for m in ("\u0120", "\u2581") if sum(t.startswith(m) for t in tokens) > len(tokens) / 10), "")
+
+
+def _words(tokenizer, text: str, marker: str) -> list:
+    """[(token, (start, end))] for the words of `text` that are one whole-word token; (start, end) is the word in
+    `text` without the space a BPE or SentencePiece pre-tokenizer counts in it."""
     words = []
-    for word, span in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text):
-        pieces = tokenizer.tokenize(word)
-        if len(pieces) == 1 and pieces[0].isalpha():
-            words.append((pieces[0], span))
+    for _, (a, b) in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text):
+        word = text[a:b].strip()
+        a += len(text[a:b]) - len(text[a:b].lstrip())
+        pieces = tokenizer.tokenize(" " + word if marker == "\u0120" else word)  # byte-level: as after a space
+        if word and len(pieces) == 1 and pieces[0].startswith(marker) and pieces[0][len(marker):].isalpha():
+            words.append((pieces[0], (a, a + len(word))))
     return words
 
 
-def _whole_words(tokenizer) -> list:
-    vocab = tokenizer.get_vocab()
-    return sorted((i, t) for t, i in vocab.items() if t.isalpha() and i not in tokenizer.all_special_ids)
+def _whole_words(tokenizer, marker: str) -> list:
+    """[(id, token)] of the tokens that are a whole word after a space, special tokens left out."""
+    return sorted((i, t) for t, i in tokenizer.get_vocab().items() if t.startswith(marker) and
+                  t[len(marker):].isalpha() and i not in tokenizer.all_special_ids)
 
 
-def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int) -> dict:
+def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int, marker: str = None) -> dict:
     """word token -> its k nearest whole-word tokens in the model's input embedding matrix (cosine). A pruned
     vocabulary: each id's row through the remap, neighbours among the kept tokens (a kept token has a row of its
     own; the dropped ones share the unknown token's), nothing for a dropped word (the model reads it as [UNK])."""
@@ -115,7 +129,8 @@ def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int) -> dict
     remap = embedding.remap if isinstance(embedding, families.RemappedEmbedding) else torch.arange(len(table))
     kept = torch.bincount(remap)[remap] == 1
     vocab = tokenizer.get_vocab()
-    pool = [(i, t) for i, t in _whole_words(tokenizer) if kept[i]]
+    marker = _marker(tokenizer) if marker is None else marker
+    pool = [(i, t) for i, t in _whole_words(tokenizer, marker) if kept[i]]
     pool_ids = torch.tensor([i for i, _ in pool], dtype=torch.long)
     asked = sorted(w for w in words if w in vocab and kept[vocab[w]])
     found = {}
@@ -124,7 +139,7 @@ def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int) -> dict
         sims = table[torch.tensor([vocab[w] for w in chunk])] @ table[pool_ids].T
         top = sims.topk(min(k + 1, len(pool)), dim=-1).indices
         for w, row in zip(chunk, top.tolist()):
-            found[w] = [pool[j][1] for j in row if pool[j][1] != w][:k]
+            found[w] = [pool[j][1][len(marker):] for j in row if pool[j][1] != w][:k]  # as the text writes it
     return found
 
 
@@ -145,12 +160,12 @@ def masked_lm(model_dir: Path):
     return None if head else model.eval()
 
 
-def mlm_candidates(model, tokenizer, text: str, spans: list, k: int) -> list:
+def mlm_candidates(model, tokenizer, text: str, spans: list, k: int, marker: str = "") -> list:
     """For each word span, the MLM's top-k whole-word tokens at that word masked (one masked copy per word)."""
     rows = [text[:a] + tokenizer.mask_token + text[b:] for a, b in spans]
     enc = tokenizer(rows, return_tensors="pt", padding=True, truncation=True, max_length=128)
     allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
-    allowed[[i for i, _ in _whole_words(tokenizer)]] = True
+    allowed[[i for i, _ in _whole_words(tokenizer, marker)]] = True
     with torch.no_grad():
         logits = model(**enc).logits
     out = []
@@ -161,5 +176,6 @@ def mlm_candidates(model, tokenizer, text: str, spans: list, k: int) -> list:
             continue
         scores = logits[row, where[0, 0], :len(allowed)].masked_fill(~allowed[:logits.shape[-1]], float("-inf"))
         original = text[spans[row][0]:spans[row][1]].lower()
-        out.append([t for t in tokenizer.convert_ids_to_tokens(scores.topk(k + 1).indices.tolist()) if t != original][:k])
+        words = [t[len(marker):] for t in tokenizer.convert_ids_to_tokens(scores.topk(k + 1).indices.tolist())]
+        out.append([w for w in words if w.lower() != original][:k])
     return out

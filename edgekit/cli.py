@@ -199,7 +199,8 @@ def build_parser():
     cp = sub.add_parser("compare", help="the model-selection table: size, latency, memory, accuracy per model")
     cp.add_argument("models", nargs="*", help="model assets, transformers folders, config.json files, base shapes "
                                               "(bert-base, ...) or hub ids")
-    cp.add_argument("--families", action="store_true", help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes")
+    cp.add_argument("--families", action="store_true",
+                    help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes (xlm-roberta-base: name it)")
     cp.add_argument("--data", help="a dataset, for the accuracy of task models whose labels match it")
     cp.add_argument("--threads", type=positive, default=1, help="ONNX Runtime threads (default 1)")
     cp.add_argument("--seq-len", type=int, default=128, help="tokens for latency; accuracy inputs are cut there too")
@@ -362,7 +363,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from edgekit import compare
 
-    specs = list(args.models) + (list(compare.FAMILY_CONFIGS) if args.families else [])
+    specs = list(args.models) + (list(compare.FAMILIES) if args.families else [])
     rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len, progress=not args.quiet)
     print(aligned(compare.markdown(rows)), end="")
     print(f"written: {Path(args.out) / 'compare.md'}, compare.csv, compare.png")

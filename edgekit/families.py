@@ -20,6 +20,8 @@ def _bert_like(prefix: str) -> dict:
 FAMILIES = {
     "bert": _bert_like("bert"),
     "roberta": _bert_like("roberta"),
+    "xlm-roberta": _bert_like("roberta"),  # RoBERTa's code: multilingual (XLM-R), and French (CamemBERT)
+    "camembert": _bert_like("roberta"),
     "electra": _bert_like("electra"),
     # MPNet computes one relative position bias for all heads, once per forward: see keep_bias_heads
     "mpnet": {"layers": "mpnet.encoder.layer", "q": "attention.attn.q", "k": "attention.attn.k",
@@ -156,10 +158,14 @@ def load_model(path, labels=None):
 
 
 def load_tokenizer(path, trust_remote_code: bool = False):
+    """The folder's tokenizer, padding on the right as training, the exported files and device_bench do (a folder
+    saying `padding_side: left` moved a padded sentence's positions in batches only)."""
     from transformers import AutoTokenizer
 
     quiet_transformers()
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)  # never a folder's own code
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)  # never a folder's own code
+    tokenizer.padding_side = "right"
+    return tokenizer
 
 
 def save_model(model, tokenizer, out: Path):
@@ -204,7 +210,7 @@ def hidden_width(config) -> int:
     return (getattr(config, "edgekit_shapes", None) or {}).get("hidden", config.hidden_size)
 
 
-HIDDEN_FAMILIES = ("bert", "roberta", "electra")
+HIDDEN_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 
 
 def hidden_parts(model) -> dict:
@@ -226,7 +232,7 @@ def hidden_parts(model) -> dict:
         parts["readers"] += [p + fam[n] for n in ("q", "k", "v", "ffn_in")]
         parts["writers"] += [p + fam["o"], p + fam["ffn_out"]]
         parts["norms"] += [p + "attention.output.LayerNorm", p + "output.LayerNorm"]
-    parts["readers"].append(f"{base}.pooler.dense" if base == "bert" else "classifier.dense")
+    parts["readers"].append(f"{base}.pooler.dense" if getattr(model.base_model, "pooler", None) else "classifier.dense")
     return parts
 
 

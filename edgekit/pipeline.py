@@ -104,6 +104,15 @@ def readable(path: Path) -> None:
                                f"from where the model came (model.save_pretrained / tokenizer.save_pretrained)")
         if what == "config.json":
             families.family(loaded)
+            config = loaded
+    if loaded.pad_token_id is None:  # each failed inside a stage with a traceback
+        raise EdgekitError(f"{path}: the tokenizer has no padding token, which batches and the exported files need; "
+                           f"set one (tokenizer.pad_token = tokenizer.unk_token, or a <pad> token added with "
+                           f"resize_token_embeddings) and save it (tokenizer.save_pretrained(folder))")
+    if len(loaded) > getattr(config, "vocab_size", len(loaded)):
+        raise EdgekitError(f"{path}: the tokenizer has {len(loaded)} token ids, the model's embedding table "
+                           f"{config.vocab_size} rows (tokens added without resizing it); run "
+                           f"model.resize_token_embeddings(len(tokenizer)) and save the model again")
 
 
 def looks_local(spec: str) -> bool:

@@ -167,10 +167,11 @@ class SidecarTokenizer:
             raise EdgekitError(f"{path.parent / self.meta['tokenizer']} is not a tokenizer file ({str(e)[:120]}); "
                                f"re-export the model")
         self.tokenizer.no_padding()
+        self.side = (self.tokenizer.truncation or {}).get("direction", "right")  # left: a text's end is kept
 
     def encode(self, texts, max_length=None):
         with self.lock:
-            self.tokenizer.enable_truncation(min(max_length or self.max_length, self.longest))
+            self.tokenizer.enable_truncation(min(max_length or self.max_length, self.longest), direction=self.side)
             encs = self.tokenizer.encode_batch(list(texts))
         width = max(len(e.ids) for e in encs)
         ids = np.full((len(encs), width), self.meta["pad_id"], dtype=np.int64)

@@ -28,7 +28,21 @@ def tiny_config(family: str, layers: int = 4):
         common["embedding_size"] = 16
     if family in ("roberta", "mpnet"):
         common.update(pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    if family in SENTENCEPIECE:  # fairseq's order, as in the real vocabularies: <s> <pad> </s> <unk>
+        common.update(pad_token_id=1, bos_token_id=0, eos_token_id=2)
     return AutoConfig.for_model(family, **common)
+
+
+SENTENCEPIECE = ("xlm-roberta", "camembert")  # families whose fixture gets a SentencePiece (Unigram) tokenizer
+
+
+def tiny_unigram(family: str):
+    """A SentencePiece-style Unigram tokenizer of the WORDS (and letters) as XLM-R and CamemBERT ship theirs."""
+    from transformers import CamembertTokenizer, XLMRobertaTokenizer
+
+    pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [("\u2581" + w, -1.0) for w in WORDS]
+    pieces += [("\u2581", -2.0)] + [(c, -3.0) for c in "abcdefghijklmnopqrstuvwxyz"] + [("<mask>", 0.0)]
+    return (XLMRobertaTokenizer if family == "xlm-roberta" else CamembertTokenizer)(vocab=pieces)
 
 
 def make_model_dir(path, family: str = "bert", layers: int = 4, seed: int = 0):
@@ -37,7 +51,7 @@ def make_model_dir(path, family: str = "bert", layers: int = 4, seed: int = 0):
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(tiny_config(family, layers)).eval()
     model.save_pretrained(path)
-    BertTokenizer(vocab=tiny_vocab()).save_pretrained(path)
+    (tiny_unigram(family) if family in SENTENCEPIECE else BertTokenizer(vocab=tiny_vocab())).save_pretrained(path)
     return path
 
 

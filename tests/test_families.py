@@ -8,7 +8,7 @@ from edgekit import families
 from edgekit.errors import EdgekitError
 from edgekit.stages.prune import prune_model
 
-FAMILIES = ["bert", "roberta", "electra", "distilbert", "albert", "mpnet"]
+FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert", "mpnet"]
 
 
 def inputs():
@@ -184,3 +184,37 @@ def test_a_pruned_model_is_not_relabelled(tmp_path):
     assert families.load_model(path, ["LABEL_0", "LABEL_1"]) is not None
     with pytest.raises(EdgekitError, match=r"is a pruned model for \[LABEL_0, LABEL_1\], not \[neg, pos\]"):
         families.load_model(path, ["neg", "pos"])
+
+
+TEXTS = ["good movie", "  the plot was awful  ", "SUPERB Film", "bad\tacting\nstory", "ééé 日本 🙂 good", "",
+         " ".join(["great"] * 60), "dull dull cast"]
+
+
+@pytest.mark.parametrize("family", ["xlm-roberta", "camembert"])
+def test_a_sentencepiece_model_runs_every_stage_and_its_files_read_text_as_transformers_does(tmp_path, family):
+    """XLM-R and CamemBERT: RoBERTa's code with a SentencePiece (Unigram) vocabulary and <pad> = 1. Vocabulary and
+    width pruning, then ONNX and TFLite files whose tokenizer.json (read with the tokenizers library alone, as a
+    device reads it) gives the ids transformers gives, and whose logits are the pruned model's."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from edgekit import pipeline, recipe, runtime
+    from edgekit.testing import make_csv, tiny_recipe
+
+    text = tiny_recipe(make_model_dir(tmp_path / family, family), make_csv(tmp_path / "d.csv"),
+                       stages=("finetune", "prune", "export", "evaluate"))
+    text = text.replace("prune: {", "prune: {vocab: true, hidden_keep: 0.75, ") + "export: {format: [onnx, tflite]}\n"
+    (tmp_path / "r.yaml").write_text(text.replace("export: {check_sentences: 16}\n", ""))
+    manifest = pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    pruned = tmp_path / "run" / "02-prune" / "model"
+    shapes = families.load_model(pruned).config.edgekit_shapes
+    assert shapes["hidden"] == 24 and shapes["vocab"] < len(families.load_tokenizer(make_model_dir(tmp_path / "t", family)))
+    tokenizer, reference = families.load_tokenizer(pruned), runtime.load(pruned)(TEXTS)
+    assert tokenizer.pad_token_id == 1 and type(tokenizer).__name__ != "BertTokenizer"
+    for fmt in ("onnx/model.onnx", "tflite/model.tflite"):
+        file = tmp_path / "run" / "03-export" / fmt
+        ids = Tokenizer.from_file(str(file.parent / "tokenizer.json"))
+        for t in TEXTS:
+            assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
+        assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
+    assert manifest["final"]["metrics"]["accuracy"] > 0.9

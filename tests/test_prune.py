@@ -57,6 +57,24 @@ def test_iterative_prune_with_recovery_saves_reloads_and_exports(model_dir, ctx,
     assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
 
 
+def test_vocab_pruning_measures_and_warns_about_validation_pieces_it_reads_as_unknown(model_dir, ctx, tmp_path,
+                                                                                      capsys):
+    import dataclasses
+
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path / "p", ctx, vocab=True)
+    assert out.metrics["validation_pieces_outside_vocab"] == 0  # the tiny data's splits use the same words
+    assert "read as unknown" not in capsys.readouterr().err
+    tok = families.load_tokenizer(model_dir)
+    other = [("good movie", 1), ("zebra jumps", 0)]  # letters as word pieces: none in the training text
+    pieces = [tok(t)["input_ids"] for t, _ in other]
+    expected = round(sum(len(p) - 2 for p in pieces[1:]) / sum(len(p) for p in pieces), 4)
+    shifted = dataclasses.replace(ctx, splits=dataclasses.replace(ctx.splits, validation=other))
+    out = prune.run(Artifact(model_dir, "hf"), tmp_path / "q", shifted, vocab=True)
+    assert out.metrics["validation_pieces_outside_vocab"] == expected > 0.05
+    assert f"prune.vocab: {expected:.1%} of the validation split's word pieces" in capsys.readouterr().err
+    assert "validation_pieces_outside_vocab" not in prune.run(Artifact(model_dir, "hf"), tmp_path / "r", ctx).metrics
+
+
 def shifted_ids(folder):
     """The tiny vocabulary with every id shifted by one (mpnet-base's are by 4 against minilm-l6's)."""
     from transformers import BertTokenizer
@@ -245,7 +263,7 @@ def test_hidden_pruning_with_heads_steps_and_vocab_reloads_and_exports(model_dir
     assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
 
 
-@pytest.mark.parametrize("family_name", ["roberta", "electra"])
+@pytest.mark.parametrize("family_name", ["roberta", "xlm-roberta", "electra"])
 def test_hidden_pruning_of_other_families_reloads_the_same_model(tmp_path, family_name):
     from edgekit.testing import make_model_dir
 
@@ -264,8 +282,8 @@ def test_hidden_pruning_of_other_families_reloads_the_same_model(tmp_path, famil
 def test_hidden_pruning_refuses_a_family_it_does_not_cover_before_any_work(tmp_path, ctx):
     from edgekit.testing import make_model_dir
 
-    with pytest.raises(EdgekitError, match="hidden-width pruning supports bert, roberta, electra, not mpnet; leave "
-                                           "hidden_keep at 1"):
+    with pytest.raises(EdgekitError, match="hidden-width pruning supports bert, roberta, xlm-roberta, camembert, "
+                                           "electra, not mpnet; leave hidden_keep at 1"):
         prune.run(Artifact(make_model_dir(tmp_path / "mp", "mpnet"), "hf"), tmp_path / "p", ctx, hidden_keep=0.5)
     assert not (tmp_path / "p").exists()
 
@@ -333,6 +351,24 @@ def test_vocab_pruning_of_an_already_pruned_or_factorized_table_composes_with_it
             with torch.no_grad():
                 assert torch.equal(model(input_ids=ids).logits, once(input_ids=ids).logits)
         assert_reloads_the_same(model, tmp_path / f"r{rank}")
+
+
+def test_vocab_pruning_without_an_unknown_token_gives_the_dropped_pieces_a_row_of_their_own(model_dir, tmp_path):
+    """Byte-level BPE has no unknown token: the dropped pieces were read as row 0, the first kept token (<s>, the
+    one the classifier reads). They now share one more row, the mean of the rows dropped."""
+    model = families.load_model(model_dir)
+    kept = [0, 2, 3, 10, 12, 20]
+    with torch.no_grad():
+        full = model.get_input_embeddings().weight.clone()
+        prune.keep_vocab(model, kept, None)
+        rows = model.get_input_embeddings()(torch.arange(74))
+    dropped = sorted(set(range(74)) - set(kept))
+    assert model.get_input_embeddings().weight.shape == (len(kept) + 1, 32)
+    assert model.config.edgekit_shapes["vocab"] == len(kept) + 1
+    assert torch.equal(rows[kept], full[kept])
+    assert torch.allclose(rows[dropped], full[dropped].mean(0).expand(len(dropped), -1), atol=1e-6)
+    assert not torch.equal(rows[dropped[0]], full[0])
+    assert_reloads_the_same(model, tmp_path / "r")
 
 
 def test_the_vocab_of_a_vocab_pruned_model_prunes_again_and_reloads(model_dir, csv_file, tmp_path):

@@ -70,3 +70,49 @@ def test_a_failed_augmentation_cache_write_leaves_no_temp_file(model_dir, csv_fi
     assert augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False)[0]
     assert list((tmp_path / "cache" / "augment").iterdir()) == []
     assert "No space left on device" in capsys.readouterr().err
+
+
+def byte_level_model(folder, texts):
+    """A tiny RoBERTa with a byte-level BPE tokenizer (as roberta-base's: Ġ starts a word, no unknown token)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import AutoModelForSequenceClassification, RobertaTokenizerFast
+
+    from edgekit.testing import tiny_config
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=300, min_frequency=1, show_progress=False,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tokenizer = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>",
+                                     pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
+    config = tiny_config("roberta")
+    config.vocab_size, config.pad_token_id, config.bos_token_id, config.eos_token_id = 300, 1, 0, 2
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("vocabulary", ["sentencepiece", "byte-level"])
+def test_augmentation_replaces_whole_words_of_sentencepiece_and_byte_level_vocabularies(csv_file, tmp_path,
+                                                                                         monkeypatch, vocabulary):
+    """Was: SentencePiece (ALBERT, XLM-R: ▁word) gave no word to replace, so no copy at all; byte-level BPE
+    (RoBERTa: Ġword) took only each sentence's first word and wrote the token with its marker into the text."""
+    from edgekit.testing import WORDS, make_model_dir
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    examples = data.load(str(csv_file)).train[:30]
+    folder = make_model_dir(tmp_path / "m", "xlm-roberta") if vocabulary == "sentencepiece" else \
+        byte_level_model(tmp_path / "m", [t for t, _ in data.load(str(csv_file)).train])
+    tok = families.load_tokenizer(folder)
+    extra, source = augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
+    assert source == "embedding" and len(extra) >= len(examples)
+    originals = {t: t.split() for t, _ in examples}
+    replaced = 0
+    for text, _ in extra:
+        assert "\u2581" not in text and "\u0120" not in text
+        words = text.split()
+        near = [w for w in originals.values() if len(w) == len(words)]  # the same words, some replaced
+        assert near and all(w.isalpha() for w in words)
+        replaced += sum(a != b for a, b in zip(words, min(near, key=lambda o: sum(a != b for a, b in zip(o, words)))))
+        if vocabulary == "sentencepiece":  # its whole-word tokens are the tiny vocabulary's words
+            assert set(words) <= set(WORDS)
+    assert replaced > len(extra)  # more than the first word of each copy

@@ -113,6 +113,14 @@ def test_a_damaged_model_folder_is_one_line_not_a_traceback(model_dir, tmp_path)
         runtime.load(cut)
 
 
+def retokenize(folder, change):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    change(tokenizer)
+    tokenizer.save_pretrained(folder)
+
+
 @pytest.mark.parametrize("damage, message", [  # each was a traceback from inside the first stage, or from --dry-run
     (lambda d: (d / "config.json").write_text(json.dumps(dict(json.loads((d / "config.json").read_text()),
                                                               num_hidden_layers="four"))),
@@ -124,7 +132,11 @@ def test_a_damaged_model_folder_is_one_line_not_a_traceback(model_dir, tmp_path)
     (lambda d: (d / "config.json").write_text(json.dumps(dict(json.loads((d / "config.json").read_text()),
                                                               model_type="gpt2"))),
      "model type 'gpt2' is not supported; supported: bert"),
-], ids=["config-types", "custom-code", "tokenizer-cut", "other-family"])
+    (lambda d: retokenize(d, lambda t: setattr(t, "pad_token", None)), "the tokenizer has no padding token"),
+    (lambda d: retokenize(d, lambda t: t.add_tokens(["<url>", "<user>"], special_tokens=True)),
+     "the tokenizer has 76 token ids, the model's embedding table 74 rows (tokens added without resizing it); run "
+     "model.resize_token_embeddings(len(tokenizer))"),
+], ids=["config-types", "custom-code", "tokenizer-cut", "other-family", "no-pad", "more-ids-than-rows"])
 def test_a_foreign_or_damaged_model_folder_is_refused_in_one_line_before_anything_runs(model_dir, tmp_path, damage,
                                                                                         message):
     import shutil
@@ -464,3 +476,47 @@ def test_a_stage_folder_of_a_run_names_the_models_inside(tmp_path):
     with pytest.raises(EdgekitError, match=re.escape(f"{stage} is not a model but holds 3: onnx, tflite, torchscript; "
                                                      f"give one of them, e.g. {stage / 'onnx'}")):
         runtime.load(stage)
+
+
+def side(folder, **setting):
+    config = folder / "tokenizer_config.json"
+    config.write_text(json.dumps(dict(json.loads(config.read_text()), **setting)))
+
+
+def test_a_tokenizer_cutting_on_the_left_is_exported_and_read_cutting_on_the_left(model_dir, csv_file, tmp_path):
+    """`truncation_side: left` keeps a long text's end in training; the exported tokenizer.json kept its start, so
+    the files (edgekit.load, device_bench) read other tokens than the model was trained on."""
+    import shutil
+
+    from edgekit import data, devices, families
+    from edgekit.artifact import Artifact
+    from edgekit.pipeline import Context
+    from edgekit.stages import export
+
+    folder = tmp_path / "left"
+    shutil.copytree(model_dir, folder)
+    side(folder, truncation_side="left")
+    ctx = Context(data.load(str(csv_file)), Artifact(folder, "hf"), 0, 32, False)
+    onnx = export.run(Artifact(folder, "hf"), tmp_path / "onnx", ctx, check_sentences=8).path
+    long = "good " * 50 + "awful plot"
+    trained = families.load_tokenizer(folder)(long, truncation=True, max_length=32)["input_ids"]
+    assert trained[-3:-1] == families.load_tokenizer(folder).convert_tokens_to_ids(["awful", "plot"])
+    assert runtime.load(onnx).encode([long])["input_ids"][0].tolist() == trained
+    assert runtime.load(onnx).encode([long], max_length=16)["input_ids"][0].tolist() == \
+        families.load_tokenizer(folder)(long, truncation=True, max_length=16)["input_ids"]
+    meta = json.loads((onnx.parent / "model.json").read_text())
+    device = devices.runner_module().Tokenizer(onnx.parent / meta["tokenizer"], meta)
+    assert device.encode([long])[0][0].tolist() == trained
+
+
+def test_a_folder_padding_on_the_left_pads_on_the_right_as_training_and_the_files_do(model_dir, tmp_path):
+    import shutil
+
+    folder = tmp_path / "padleft"
+    shutil.copytree(model_dir, folder)
+    side(folder, padding_side="left")
+    model = runtime.load(folder)
+    batch = model.encode(["good", "the movie was awful"])
+    assert batch["attention_mask"][0].tolist()[:3] == [1, 1, 1] and batch["attention_mask"][0][-1] == 0
+    texts = ["good", "the movie was awful and the plot was dull"]
+    assert abs(model(texts)["probs"] - np.stack([model([t])["probs"][0] for t in texts])).max() < 1e-5

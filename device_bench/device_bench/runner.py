@@ -80,9 +80,10 @@ class Tokenizer:
             raise BenchError(f"{path.name} is not a tokenizer file ({str(e)[:100]}); copy the one exported with the model")
         self.tok.no_padding()
         self.max_length, self.pad_id = meta["max_length"], meta["pad_id"]
+        self.side = (self.tok.truncation or {}).get("direction", "right")  # as exported: left keeps a text's end
 
     def encode(self, texts, max_length=None):
-        self.tok.enable_truncation(min(max_length or self.max_length, self.max_length))
+        self.tok.enable_truncation(min(max_length or self.max_length, self.max_length), direction=self.side)
         encs = self.tok.encode_batch(list(texts))
         width = max(len(e.ids) for e in encs)
         ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)

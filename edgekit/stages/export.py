@@ -20,13 +20,14 @@ EXPORTERS = ("torchscript", "dynamo")
 DYNAMO_OPSET = 18  # the lowest opset the dynamo exporter writes valid files at here
 LIMITS = {"exporter": EXPORTERS, "opset": "[10, 23]", "min_label_agreement": "[0, 1]"}  # opsets the exporter and
 # ORT's quantizer take (9 fails in the exporter; 23 is torch's newest); and recipe.COMMON
-REVISION = 9  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
+REVISION = 10  # 2: max_length is always the last TFLite bucket (a shorter last bucket cut inputs training kept)
 # 3: TFLite graph rewrites (one Q|K|V projection, an additive mask built from the 0/1 one): see rewrite
 # 4: and the last layer computes the first token's row alone (TFLite and ONNX); 5: DistilBERT's too
 # 6: ONNX gets the Q|K|V projection and the additive mask too, and constant Reshape shapes (fixed_reshapes)
 # 7: ONNX embeddings without the token-type lookup (no_token_types)
 # 8: tokenizer.json truncates at max_length on its own
 # 9: a TFLite model.json names the output its signatures return (output_0, [1, labels]; was logits, ["batch", labels])
+# 10: tokenizer.json truncates on the tokenizer's side (truncation_side: left kept a text's start)
 REWRITES = {"onnx": ("first_token_last_layer", "fused_qkv", "additive_mask", "no_token_types"),
             "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
 
@@ -146,11 +147,12 @@ def in_run(source: Path, folder: Path, run: Path) -> str:
 def save_tokenizer(tokenizer, path: Path, max_length: int) -> None:
     """tokenizer.json as a device app reads it with the `tokenizers` library alone: truncation at the model's
     max_length on (transformers applies it per call and saves it off, so a long text ran past the position table
-    in plain onnxruntime), padding off (the model.json says how each format pads)."""
+    in plain onnxruntime), on the side the model was trained with (`truncation_side: left` keeps a text's end),
+    padding off (the model.json says how each format pads)."""
     from tokenizers import Tokenizer
 
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.enable_truncation(max_length)
+    backend.enable_truncation(max_length, direction=tokenizer.truncation_side)
     backend.no_padding()
     backend.save(str(path))
 
@@ -187,11 +189,11 @@ def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"
     """(the module to export, the rewrites kept): `model` in eager attention with each rewrite in `names` tried in
     turn and kept only if the logits on `sample` (token ids and a mask with padding; by default random ids, the
     second row half padded) match the plain model's. All are exact up to float rounding:
-    - `first_token_last_layer` (BERT, RoBERTa, ELECTRA, DistilBERT): the last layer computes the first token's
-      output alone, the only row the classifier reads ([CLS] / <s>): keys and values for every token, but the
+    - `first_token_last_layer` (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DistilBERT): the last layer computes the
+      first token's output alone, the only row the classifier reads ([CLS] / <s>): keys and values for every token, but the
       query, attention output, LayerNorms and FFN for one row instead of L. edge-small (3 layers), 1 x 128 tokens,
       1 thread: TFLite 1.96 -> 1.43 ms, ONNX 2.38 -> 1.73 ms.
-    - `fused_qkv` (BERT, RoBERTa, ELECTRA): one Q|K|V projection per layer instead of three, the
+    - `fused_qkv` (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA): one Q|K|V projection per layer instead of three, the
       1/sqrt(head_dim) score scale folded into the Q rows. A dynamic-range FULLY_CONNECTED quantizes its input
       on every call, so three projections of one input quantized it three times; and the score scale was a
       multiply over every [heads, L, L] score.
@@ -249,7 +251,7 @@ def merged(*parts) -> torch.nn.Linear:
 
 
 def bert_like(model) -> bool:
-    """Layers laid out as transformers' BERT (attention.self.query ...): BERT, RoBERTa, ELECTRA."""
+    """Layers laid out as transformers' BERT (attention.self.query ...): BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA."""
     return families.FAMILIES.get(model.config.model_type, {}).get("q", "").startswith("attention.self.")
 
 

@@ -12,6 +12,7 @@ unlabelled texts to recovery as in distill (KD only), and their word pieces to t
 and neuron importance still comes from the labelled training set alone.
 """
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -54,9 +55,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if transfer:
         extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
         recovery, recover_enc = recovery + extra, encoded + data.encode(tokenizer, extra, ctx.max_length)
+    outside = None
     if vocab:  # the pieces of the text the model is trained on, the transfer texts included: it will read them
-        keep_vocab(model, sorted({i for ids, _ in recover_enc for i in ids} | set(tokenizer.all_special_ids)),
-                   tokenizer.unk_token_id)
+        kept = {i for ids, _ in recover_enc for i in ids} | set(tokenizer.all_special_ids)
+        keep_vocab(model, sorted(kept), tokenizer.unk_token_id)
+        outside = unseen_share(tokenizer, kept, ctx)
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
     teacher = families.load_model(source) if recover_epochs > 0 else None
@@ -90,6 +93,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
                                               **({"hidden_kept": shapes["hidden"]} if "hidden" in shapes else {}),
                                               **({"vocab_kept": shapes["vocab"]} if shapes.get("vocab", len(tokenizer)) < len(tokenizer) else {}),
+                                              **({"validation_pieces_outside_vocab": outside} if outside is not None else {}),
                                               **({"embedding_rank": embedding_rank} if embedding_rank else {}),
                                               "processes": training.distributed()[1]})
 
@@ -260,22 +264,47 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
 def keep_vocab(model, token_ids: list, unk: int | None) -> None:
     """Keep only these rows of the word embeddings; other token ids map to the unknown token's row (`unk`, the
     tokenizer's; BERT configs carry no unk_token_id, and a config lookup sent them to the padding row: on
-    edge-base 57% of vader-amazon sentences had a word piece read as [PAD]). Without an unknown token, row 0.
-    A table already pruned (or factorized) keeps its rows of these ids, read through its remap; ids it dropped
-    stay on the unknown token's row."""
+    edge-base 57% of vader-amazon sentences had a word piece read as [PAD]). Without an unknown token (byte-level
+    BPE has none), they share one more row, the mean of the rows dropped (row 0 was <s>, the row the classifier
+    reads). A table already pruned (or factorized) keeps its rows of these ids, read through its remap; ids it
+    dropped stay on the unknown token's row."""
     embedding = model.get_input_embeddings()
     if not isinstance(embedding, families.RemappedEmbedding):  # the identity remap: every token keeps its row
         embedding = families.RemappedEmbedding(torch.arange(embedding.num_embeddings), embedding)
     ids = torch.tensor(sorted(set(token_ids) | ({unk} if isinstance(unk, int) else set())))
     keep = sorted(set(embedding.remap[ids].tolist()))  # rows of the current table
     new_row = {r: n for n, r in enumerate(keep)}
-    remap = torch.full((embedding.num_embeddings,), new_row[int(embedding.remap[unk])] if isinstance(unk, int) else 0,
-                       dtype=torch.long)
+    table = embedding.weight.detach()
+    rows = [table[torch.tensor(keep)]]
+    if not isinstance(unk, int):
+        dropped = torch.ones(len(table), dtype=torch.bool)
+        dropped[torch.tensor(keep)] = False
+        rows.append(table[dropped].mean(0, keepdim=True) if dropped.any() else torch.zeros_like(table[:1]))
+    remap = torch.full((embedding.num_embeddings,), new_row[int(embedding.remap[unk])] if isinstance(unk, int) else
+                       len(keep), dtype=torch.long)
     remap[ids] = torch.tensor([new_row[r] for r in embedding.remap[ids].tolist()])
-    small = torch.nn.Embedding(len(keep), embedding.embedding.embedding_dim)
-    small.weight.data.copy_(embedding.weight.detach()[torch.tensor(keep)])
+    small = torch.nn.Embedding(sum(len(r) for r in rows), embedding.embedding.embedding_dim)
+    small.weight.data.copy_(torch.cat(rows))
     model.set_input_embeddings(families.RemappedEmbedding(remap, small, embedding.project))
-    model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=len(keep))
+    model.config.edgekit_shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, vocab=len(small.weight))
+
+
+UNSEEN_WARNING = 0.05  # on rt-polarity, 1.9% of test pieces fall outside what its training text keeps
+
+
+def unseen_share(tokenizer, kept: set, ctx) -> float | None:
+    """The share of the validation split's word pieces that the kept vocabulary reads as the unknown token (None
+    without a validation split), with a warning from UNSEEN_WARNING on: text unlike the training text (another
+    language, another domain) loses those words."""
+    pieces = [i for ids, _ in data.encode(tokenizer, ctx.splits.validation, ctx.max_length) for i in ids]
+    if not pieces:
+        return None
+    share = round(sum(i not in kept for i in pieces) / len(pieces), 4)
+    if share >= UNSEEN_WARNING:
+        tqdm.write(f"edgekit: warning: prune.vocab: {share:.1%} of the validation split's word pieces are not in the "
+                   f"vocabulary kept from the training text and read as unknown; add text like it to the training data "
+                   f"or prune.transfer, or set prune.vocab to false", file=sys.stderr)
+    return share
 
 
 def heads_problem(heads_per_layer: int, heads: int) -> str:
