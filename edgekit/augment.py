@@ -153,7 +153,7 @@ def masked_lm(model_dir: Path):
         if getattr(config, "edgekit_shapes", None):
             return None
         model, info = AutoModelForMaskedLM.from_pretrained(model_dir, config=config, output_loading_info=True,
-                                                          use_safetensors=True)
+                                                          use_safetensors=True, dtype=torch.float32)
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
     head = [k for k in info["missing_keys"] if "embeddings" not in k and "encoder" not in k]

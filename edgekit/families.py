@@ -129,12 +129,14 @@ def load_model(path, labels=None):
         "regression", "multi_label_classification") else {}
     if labels is None or old == list(labels):
         with torch.device("cpu"):
-            return AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True, **single).eval()
+            return AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True, dtype=torch.float32,
+                                                                      **single).eval()
     labels = list(labels)
     with torch.device("cpu"):
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
-            ignore_mismatched_sizes=True, output_loading_info=True, use_safetensors=True, **single)  # never a pickle
+            ignore_mismatched_sizes=True, output_loading_info=True, use_safetensors=True, dtype=torch.float32,
+            **single)  # never a pickle; float32 whatever the checkpoint's dtype (hub models often ship float16)
     head = [m for n, m in model.named_children() if n != model.base_model_prefix]
     fresh = [k if isinstance(k, str) else k[0] for k in [*info["missing_keys"], *info.get("mismatched_keys", ())]]
     loaded = not any(k.split(".")[0] != model.base_model_prefix for k in fresh)  # the folder had this head

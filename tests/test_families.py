@@ -218,3 +218,22 @@ def test_a_sentencepiece_model_runs_every_stage_and_its_files_read_text_as_trans
             assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
         assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
     assert manifest["final"]["metrics"]["accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_checkpoint_is_loaded_and_trained_in_float32(tmp_path, dtype):
+    """Hub checkpoints often ship in float16 or bfloat16; transformers 5 loads them in that dtype, and finetune
+    failed with a traceback (mat1 and mat2 must have the same dtype)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from edgekit import pipeline, recipe
+    from edgekit.testing import make_csv, tiny_recipe
+
+    folder = make_model_dir(tmp_path / "m")
+    AutoModelForSequenceClassification.from_pretrained(folder).to(dtype).save_pretrained(folder)
+    model = families.load_model(folder)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    (tmp_path / "r.yaml").write_text(tiny_recipe(folder, make_csv(tmp_path / "d.csv"),
+                                                 stages=("finetune", "distill", "export", "evaluate")))
+    manifest = pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    assert manifest["final"]["metrics"]["accuracy"] > 0.9
