@@ -282,6 +282,7 @@ def aligned(text: str) -> str:
 
 def summary(manifest: dict) -> str:
     from edgekit import gate, report
+    from edgekit.stages.evaluate import worst_class
 
     def fmt(v, spec):
         return "" if v is None else format(v, spec)
@@ -309,6 +310,10 @@ def summary(manifest: dict) -> str:
               f"{f' on {n} {split} sentences' if (n := final.get('eval_examples')) and (split := final.get('eval_split')) else ''}"
               if final.get("teacher_accuracy") is not None else "accuracy not measured (no evaluate stage)")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); {scored}")
+    if worst := worst_class(final.get("per_class") or {}):
+        name, c = worst
+        rows.append(f"class losing most: '{name}', recall {c['recall']} against the teacher's {c['teacher_recall']} "
+                    f"({c['examples']} sentences; every class: edgekit report)")
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
         rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {final.get('bench_threads')} thread(s), "

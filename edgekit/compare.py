@@ -34,11 +34,11 @@ COLUMNS = ("model", "params_m", "size_fp32_mb", "size_int8_mb", "latency_ms_b1_f
            "latency_ms_b32_int8", "rss_after_load_mb_int8", "accuracy")
 
 
+@families.quiet_transformers()
 def source(spec: str) -> tuple:
     """(config, its folder or None) of a family name, a config.json, an asset or a transformers folder."""
     from transformers import AutoConfig
 
-    families.quiet_transformers()
     if spec in FAMILY_CONFIGS:
         family, overrides = FAMILY_CONFIGS[spec]
         return AutoConfig.for_model(family, num_labels=2, **overrides), None
@@ -122,6 +122,7 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
     return row
 
 
+@families.quiet_transformers()
 def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128,
         progress: bool = True) -> list:
     if not specs:

@@ -1,6 +1,7 @@
 """Per-architecture table: where the layers and the attention/FFN projections live, and how to load,
 save and cut a model of each family. transformers 5 has no `prune_heads`, so pruned shapes travel in
 config.json under `edgekit_shapes` and are re-applied before the weights are loaded."""
+import contextlib
 import logging
 import sys
 import warnings
@@ -36,14 +37,30 @@ FAMILIES = {
 }
 
 
+@contextlib.contextmanager
 def quiet_transformers():
+    """transformers' and torch.onnx's info lines, warnings and progress bars off inside the `with` (or a function
+    it decorates); the host's settings come back after it (edgekit.load inside an application left them off)."""
+    import huggingface_hub.utils as hub
     import transformers
 
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="torch.onnx")
-    warnings.filterwarnings("ignore", category=UserWarning, module="transformers")
+    verbosity, bars = transformers.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled()
+    hub_bars, onnx_log = hub.are_progress_bars_disabled(), logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    with warnings.catch_warnings():
+        transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        onnx_log.setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", module="torch.onnx")
+        warnings.filterwarnings("ignore", category=UserWarning, module="transformers")
+        try:
+            yield
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+            if bars:
+                transformers.utils.logging.enable_progress_bar()
+            (hub.disable_progress_bars if hub_bars else hub.enable_progress_bars)()
+            onnx_log.setLevel(level)
 
 
 def family(config) -> dict:
@@ -94,6 +111,7 @@ def ffn_size(config) -> int:
     return getattr(config, "intermediate_size", None) or config.hidden_dim
 
 
+@quiet_transformers()
 def load_model(path, labels=None):
     """A sequence classifier from a transformers folder; pruned shapes from `edgekit_shapes` are re-applied.
     `labels` (names, index = class id): a head trained on the same classes in another order has its output rows
@@ -102,7 +120,6 @@ def load_model(path, labels=None):
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    quiet_transformers()
     path = Path(path)
     if not (path / "config.json").is_file():
         raise EdgekitError(f"{path} is not a model folder (no config.json); give an asset name or a transformers folder")
@@ -159,19 +176,22 @@ def load_model(path, labels=None):
     return model.eval()
 
 
+@quiet_transformers()
 def load_tokenizer(path, trust_remote_code: bool = False):
     """The folder's tokenizer, padding on the right as training, the exported files and device_bench do (a folder
     saying `padding_side: left` moved a padded sentence's positions in batches only)."""
     from transformers import AutoTokenizer
 
-    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)  # never a folder's own code
     tokenizer.padding_side = "right"
     return tokenizer
 
 
-def save_model(model, tokenizer, out: Path):
+def save_model(model, tokenizer, out: Path, max_length: int):
+    """A stage's model; its tokenizer records the run's `max_length` (model_max_length), so that the folder copied
+    out of the run still cuts texts where the run's exported files do."""
     model.save_pretrained(out)
+    tokenizer.model_max_length = max_length
     tokenizer.save_pretrained(out)
 
 

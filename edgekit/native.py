@@ -3,20 +3,40 @@ ai-edge-quantizer's progress bars write straight to file descriptors 1 and 2, pa
 `--quiet`: banners like "All log messages before absl::InitializeLog() ..." and "Created TensorFlow Lite XNNPACK
 delegate for CPU." landed among edgekit's own progress and results."""
 import contextlib
+import logging
 import os
 import sys
 import tempfile
+import threading
 
 from .errors import EdgekitError
 
 TAIL = 4000  # characters of the hidden output shown when the call fails
 
 
+LOCK = threading.RLock()  # fds 1 and 2 and sys.stdout / sys.stderr are the process's: one thread swaps them at a time
+
+
 @contextlib.contextmanager
 def hidden_output():
     """Everything written to stdout and stderr inside the `with`, by Python or native code, is kept aside and
     dropped; if the body fails unexpectedly (not an EdgekitError, which says what is wrong itself, nor Ctrl-C),
-    its last `TAIL` characters go to stderr ahead of the traceback, since they may say why."""
+    its last `TAIL` characters go to stderr ahead of the traceback, since they may say why. One thread at a time
+    (two TFLite loads in two threads left the process with fds 1 and 2 on a deleted file); what the host's other
+    threads print meanwhile is dropped too. A root logging handler that code inside adds (logging.info() with no
+    handler calls basicConfig, on the stderr of the moment) is taken away again: it wrote to the closed file."""
+    with LOCK:
+        handlers = list(logging.root.handlers)
+        try:
+            with _hidden():
+                yield
+        finally:
+            for h in [h for h in logging.root.handlers if h not in handlers]:
+                logging.root.removeHandler(h)
+
+
+@contextlib.contextmanager
+def _hidden():
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:  # None where Python started with the descriptor closed (`>&-`)
             stream.flush()

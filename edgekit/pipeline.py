@@ -189,6 +189,7 @@ def log(msg: str, progress: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+@families.quiet_transformers()  # and the host's settings back after the run
 def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, warn: bool = True) -> dict:
     """Run a recipe into `out`; returns the manifest (None on a rank > 0 under torchrun: rank 0 holds it).
     `shared`: a folder of finished stages, by key, that several runs draw on (sweeps); `warn`: say what looks wrong
@@ -221,8 +222,11 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         if warn:
             tell_data(splits, progress)  # after the checks: a refused run says one line
             tell_length(splits, source, recipe["max_length"], progress)
-        try:
-            return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None, team)
+        import torch
+
+        try:  # seeded stages; the caller's random stream goes on after the run as if it had not run
+            with torch.random.fork_rng(devices=[]):
+                return _run(recipe, out, source, splits, progress, Path(shared).resolve() if shared else None, team)
         finally:
             held.close()
     finally:
@@ -280,16 +284,16 @@ def check_order(source: Artifact, config, splits: data.Splits, spec: str, max_le
     from scipy.optimize import linear_sum_assignment
 
     from edgekit import runtime
+    from edgekit.stages.evaluate import predictions
 
     if not families.unnamed(families.label_names(config)):
         return
     examples = (splits.validation + splits.train)[:ORDER_SAMPLE]
-    model, k = runtime.load(source.path, max_length=max_length), len(splits.labels)
+    k = len(splits.labels)
     counts = np.zeros((k, k))  # [true class, predicted output]
-    for s in range(0, len(examples), 32):
-        chunk = examples[s:s + 32]
-        for p, (_, y) in zip(model.logits(model.encode([t for t, _ in chunk])).argmax(-1), chunk):
-            counts[y, p] += 1
+    for p, (_, y) in zip(predictions(runtime.load(source.path, max_length=max_length), examples, 32, False, ""),
+                         examples):
+        counts[y, p] += 1
     rows, cols = linear_sum_assignment(-counts)  # the order that scores best: true class r <-> output cols[r]
     given, best = np.trace(counts) / len(examples), counts[rows, cols].sum() / len(examples)
     majority = counts.sum(1).max() / len(examples)

@@ -223,6 +223,7 @@ def build(run_dirs: list, out: Path) -> Path:
         md += ["", "| budget | actual | ok |", "|---|---:|---|"]  # rows as gate prints them: artifact, interval
         md += [f"| {gate.label(b)} {b['op']} {b['target']:g} | {gate.number(b)}{gate.notes(b)} | "
                f"{'yes' if b['ok'] else '**no**'} |" for b in manifest["budgets"]]
+        md += per_class_table(manifest)
         for target, result in (manifest.get("devices") or {}).items():  # edgekit bench RUN --target NAME
             if result.get("complete") is not True:
                 md += ["", f"Target `{target}`: not complete ({result.get('error', 'no result')})"]
@@ -276,6 +277,24 @@ def build(run_dirs: list, out: Path) -> Path:
     write_text(out / "report.md", text)
     write_text(out / "report.html", to_html(text, images))
     return out / "report.md"
+
+
+def per_class_table(manifest: dict) -> list:
+    """Markdown rows: each class's recall for the teacher and every final artifact (evaluate's per_class), the
+    split's sentences of that class beside it; none before evaluate recorded it."""
+    final = manifest.get("final") or {}
+    outputs = {name: o["metrics"] for name, o in (final.get("outputs") or {}).items()} or \
+        {"final": final.get("metrics") or {}}
+    outputs = {name: m["per_class"] for name, m in outputs.items() if m.get("per_class")}
+    if not outputs:
+        return []
+    classes = next(iter(outputs.values()))
+    rows = ["", f"Recall per class on the {final['metrics'].get('eval_split', 'evaluation')} split:", "",
+            "| class | sentences | teacher | " + " | ".join(outputs) + " |", "|---|---:|---:|" + "---:|" * len(outputs)]
+    rows += [f"| {name.replace('|', chr(92) + '|')} | {c['examples']} | {c['teacher_recall']:.4f} | "
+             + " | ".join(f"{o[name]['recall']:.4f}" if name in o else "" for o in outputs.values()) + " |"
+             for name, c in classes.items()]
+    return rows
 
 
 def params_text(n) -> str:

@@ -280,6 +280,32 @@ def test_hidden_output_drops_native_writes_and_shows_them_only_when_something_un
     assert capfd.readouterr().err == "fd 2 is back\n"
 
 
+def test_hidden_output_is_one_thread_at_a_time_and_takes_away_a_logging_handler_made_inside():
+    """Two TFLite loads in two threads left fds 1 and 2 on a deleted file; litert_torch's logging.info() inside made
+    the root handler of a host without logging configured write to that file ("--- Logging error ---")."""
+    code = """if True:
+        import logging, os, sys, threading, time
+        from edgekit.native import hidden_output
+        before, streams = (os.fstat(1).st_ino, os.fstat(2).st_ino), (sys.stdout, sys.stderr)
+        def work():
+            for _ in range(20):
+                with hidden_output():
+                    os.write(1, b"native")
+                    time.sleep(0.002)
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert (os.fstat(1).st_ino, os.fstat(2).st_ino) == before and (sys.stdout, sys.stderr) == streams
+        with hidden_output():
+            logging.info("inside")  # no handler yet: basicConfig, on the stderr of the moment
+        logging.warning("after")
+        print("done")
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+    assert "Logging error" not in done.stderr and "after" in done.stderr
+
+
 def test_what_was_read_is_told_and_labels_that_look_alike_are_warned_about(model_dir, tmp_path, capsys):
     rows = [("good film", "pos"), ("bad film", "neg"), ("great plot", "Pos"), ("dull plot", "neg"), ("", "pos")] * 30
     (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))

@@ -211,7 +211,7 @@ def test_a_stop_while_a_step_is_saved_leaves_nothing_resume_trusts(model_dir, ct
                     importance="magnitude")
     real = families.save_model
 
-    def stop_after_config(model, tokenizer, out):  # killed between config.json and the weights
+    def stop_after_config(model, tokenizer, out, max_length):  # killed between config.json and the weights
         model.config.save_pretrained(out)
         raise KeyboardInterrupt
 

@@ -488,7 +488,12 @@ def test_shape_inference_that_fails_leaves_nothing_in_the_current_folder(tmp_pat
 
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    with pytest.raises(Exception, match="Incomplete symbolic shape inference"):
+
+    def no_chdir(path):  # the working directory is the whole process's: the host's other threads read it
+        raise AssertionError(f"changed the working directory to {path}")
+
+    monkeypatch.setattr("os.chdir", no_chdir)
+    with pytest.raises(Exception, match="(?i)incomplete symbolic shape inference"):
         export.infer_shapes(graph("Mystery", "example"))  # an op it does not know
     assert list((tmp_path / "cwd").iterdir()) == []
     inferred = export.infer_shapes(graph("Relu"))
@@ -499,7 +504,6 @@ def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes
                                                                                                    model_dir,
                                                                                                    monkeypatch):
     import torch
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     from edgekit import families
 
@@ -509,25 +513,25 @@ def test_fixed_reshapes_are_dropped_when_the_logits_move_and_skipped_when_shapes
     path = tmp_path / "model.onnx"
     export.to_onnx(families.load_model(model_dir), (ids, mask), path)
     before = path.read_bytes()
-    infer = SymbolicShapeInference.infer_shapes
+    infer = export.infer_shapes
 
-    def fixed_length(model, **kwargs):  # inference that takes the traced length for a constant
-        inferred = infer(model, **kwargs)
+    def fixed_length(model):  # inference that takes the traced length for a constant
+        inferred = infer(model)
         for v in inferred.graph.value_info:
             for d in v.type.tensor_type.shape.dim:
                 if d.dim_param == "sequence":
                     d.dim_value = 9
         return inferred
 
-    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fixed_length))
+    monkeypatch.setattr(export, "infer_shapes", fixed_length)
     assert export.fixed_reshapes(path, (ids, mask)) == 0 and path.read_bytes() == before  # wrong at 8 tokens: not kept
 
-    def fails(model, **kwargs):
+    def fails(model):
         raise RuntimeError("Incomplete symbolic shape inference")
 
-    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fails))
+    monkeypatch.setattr(export, "infer_shapes", fails)
     assert export.fixed_reshapes(path, (ids, mask)) == 0 and path.read_bytes() == before
-    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(infer))
+    monkeypatch.setattr(export, "infer_shapes", infer)
     assert export.fixed_reshapes(path, (ids, mask)) > 0 and path.read_bytes() != before
 
 
@@ -558,3 +562,20 @@ def test_export_and_quantize_say_what_they_work_on(model_dir, csv_file, tmp_path
     q = tmp_path / "run" / "02-quantize"  # made once and hard-linked (the activation type only static INT8 uses)
     assert (q / "x86-onnx" / "model.onnx").stat().st_ino == (q / "arm64-onnx" / "model.onnx").stat().st_ino
     assert "x86-onnx FP32 validation" in err and "x86-onnx dynamic validation" in err  # the accuracy checks' bars
+
+
+def test_quantizer_warnings_are_dropped_for_this_thread_only_and_the_root_level_stays(caplog):
+    """The root logger was set to ERROR while a file was quantized: the host's other threads lost their warnings."""
+    import logging
+    import threading
+
+    root_level = logging.getLogger().level
+    with caplog.at_level(logging.WARNING), quantize.quiet():
+        assert logging.getLogger().level == logging.WARNING  # not raised to ERROR for everyone
+        logging.warning("a quantizer's note on a shared buffer")
+        other = threading.Thread(target=logging.warning, args=("the host's own warning",))
+        other.start()
+        other.join()
+        logging.error("a real error")
+    assert [r.getMessage() for r in caplog.records] == ["the host's own warning", "a real error"]
+    assert logging.getLogger().level == root_level

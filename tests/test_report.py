@@ -206,3 +206,27 @@ def test_a_pareto_front_of_one_point_is_marked(tmp_path, monkeypatch):
     pts = [("a", 0.9, 1.0, 1.0, "test"), ("b", 0.8, 2.0, 1.0, "test")]  # a is the whole front: a line needs two
     (front,) = tradeoff_axes(pts, tmp_path, monkeypatch).lines
     assert front.get_marker() not in ("", "None", None) and list(front.get_xdata()) == [1.0]
+
+
+def test_each_class_recall_is_recorded_beside_the_teachers_tabled_and_its_worst_drop_named(one_run, tmp_path):
+    from edgekit.stages import evaluate
+
+    said, teacher, examples = [0, 1, 1, 0], [0, 1, 0, 0], [("a", 0), ("b", 0), ("c", 1), ("d", 1)]
+    assert evaluate.per_class(said, teacher, examples, ["neg", "pos", "none"]) == {
+        "neg": {"examples": 2, "recall": 0.5, "teacher_recall": 0.5},
+        "pos": {"examples": 2, "recall": 0.5, "teacher_recall": 0.0}}  # a class with no sentence has no row
+    manifest = json.loads((one_run / "manifest.json").read_text())
+    final = manifest["final"]["metrics"]
+    classes = final["per_class"]
+    assert sorted(classes) == ["neg", "pos"] and sum(c["examples"] for c in classes.values()) == final["eval_examples"]
+    for key, overall in (("recall", "accuracy"), ("teacher_recall", "teacher_accuracy")):  # recalls add up to accuracy
+        assert sum(c[key] * c["examples"] for c in classes.values()) / final["eval_examples"] == \
+            pytest.approx(final[overall], abs=1e-3)
+    text = report.build([one_run], tmp_path / "rep").read_text()
+    assert "Recall per class on the test split:" in text
+    assert re.search(rf"\| neg \| {classes['neg']['examples']} \| {classes['neg']['teacher_recall']:.4f} \| "
+                     rf"{classes['neg']['recall']:.4f} \|", text)
+    assert "class losing most" not in cli.summary(manifest)  # no class fell on the tiny run
+    final["per_class"] = {"neg": {"examples": 9, "recall": 0.7, "teacher_recall": 0.9},
+                          "pos": {"examples": 11, "recall": 0.95, "teacher_recall": 0.9}}
+    assert "class losing most: 'neg', recall 0.7 against the teacher's 0.9 (9 sentences" in cli.summary(manifest)

@@ -302,6 +302,18 @@ def test_a_stage_folder_inside_a_run_truncates_where_the_run_does(tmp_path):
     assert runtime.load(folder, max_length=64).encode(long)["input_ids"].shape[1] == 64
 
 
+def test_a_stage_folder_copied_out_of_its_run_still_truncates_where_the_run_did(one_run, tmp_path):
+    """The run's max_length (32) was read from RUN/manifest.json only: a copied folder cut texts at 128."""
+    import shutil
+
+    for stage in ("01-finetune", "02-distill"):
+        copy = shutil.copytree(one_run / stage / "model", tmp_path / stage)
+        long = ["good " * 200]
+        assert runtime.load(copy).encode(long)["input_ids"].shape[1] == 32
+        assert runtime.load(copy, max_length=64).encode(long)["input_ids"].shape[1] == 64  # a default, not a cap
+        assert json.loads((copy / "tokenizer_config.json").read_text())["model_max_length"] == 32
+
+
 def test_a_text_that_is_not_valid_unicode_is_one_line(exported):
     with pytest.raises(EdgekitError, match="text 1 is not valid Unicode"):  # tokenizers raised a TypeError
         runtime.load(exported.path)(["fine", "bad \ud800 movie"])
@@ -520,3 +532,57 @@ def test_a_folder_padding_on_the_left_pads_on_the_right_as_training_and_the_file
     assert batch["attention_mask"][0].tolist()[:3] == [1, 1, 1] and batch["attention_mask"][0][-1] == 0
     texts = ["good", "the movie was awful and the plot was dull"]
     assert abs(model(texts)["probs"] - np.stack([model([t])["probs"][0] for t in texts])).max() < 1e-5
+
+
+def test_loading_a_transformers_folder_leaves_the_hosts_logging_bars_and_warning_filters_as_they_were(model_dir):
+    """edgekit.load of a transformers folder set transformers' logging to ERROR, turned its and huggingface_hub's
+    progress bars off and added process-wide warning filters, for good."""
+    import warnings
+
+    import huggingface_hub.utils as hub
+    import transformers
+
+    def state():
+        return (transformers.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled(),
+                hub.are_progress_bars_disabled(), list(warnings.filters))
+
+    transformers.logging.set_verbosity_info()
+    try:
+        before = state()
+        runtime.load(model_dir)(["good movie"])
+        assert state() == before and before[0] == transformers.logging.INFO and before[1]
+    finally:
+        transformers.logging.set_verbosity_warning()
+
+
+def test_a_long_list_of_texts_runs_in_chunks_with_the_results_of_one_text_at_a_time(exported, monkeypatch):
+    """One call took every text in one padded batch: memory grew with the list (3.1 GB more for 1,000 texts)."""
+    model = runtime.load(exported.path)
+    texts = [f"the movie was {'good ' * (i % 7)}awful" for i in range(150)]
+    alone = np.concatenate([model([t])["probs"] for t in texts])
+    sizes, encode = [], model.encode
+    monkeypatch.setattr(model, "encode", lambda batch, *a: sizes.append(len(batch)) or encode(batch, *a))
+    out = model(texts)
+    assert sizes == [64, 64, 22] and out["probs"].shape == (150, 2) and len(out["labels"]) == 150
+    assert abs(out["probs"] - alone).max() < 1e-5
+
+
+def test_compress_leaves_the_callers_random_stream_where_it_was(model_dir, csv_file, tmp_path):
+    import torch
+
+    from edgekit import pipeline, recipe, testing
+
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune", "evaluate")))
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    assert torch.equal(torch.rand(4), expected)  # was: reseeded to the recipe's seed, 0
+
+
+def test_what_load_raises_for_bad_input_is_catchable_from_the_package(tmp_path):
+    import edgekit
+
+    with pytest.raises(edgekit.EdgekitError, match="nothing.onnx"):
+        edgekit.load(tmp_path / "nothing.onnx")
+    assert edgekit.EdgekitError is EdgekitError and issubclass(edgekit.UsageError, edgekit.EdgekitError)

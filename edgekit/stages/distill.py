@@ -128,7 +128,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
                           out_dir=out_dir, epochs=epochs, desc="distill", extra_params=projections, **settings)
     rank, world = training.distributed()
     if rank == 0:
-        families.save_model(model, s_tok, out_dir / "model")
+        families.save_model(model, s_tok, out_dir / "model", ctx.max_length)
         for phase in ("student-finetune", "intermediate"):
             shutil.rmtree(out_dir / phase, ignore_errors=True)
     metrics = {"params": sum(p.numel() for p in model.parameters()), "train_loss": round(loss, 4),

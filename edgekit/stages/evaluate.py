@@ -20,8 +20,8 @@ from edgekit import runtime
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
-REVISION = 3  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
-# 3: accuracy_retained_interval
+REVISION = 4  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
+# 3: accuracy_retained_interval; 4: per_class (each class's recall, the teacher's beside it)
 
 
 LIMITS = {"split": ("validation", "test")}  # and recipe.COMMON
@@ -32,8 +32,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    teacher_hits = correct(runtime.load(ctx.teacher.path, max_length=ctx.max_length), examples, 64, ctx.progress,
-                           "evaluate teacher")  # truncated where the student was trained and exported
+    teacher_said = predictions(runtime.load(ctx.teacher.path, max_length=ctx.max_length), examples, 64, ctx.progress,
+                               "evaluate teacher")  # truncated where the student was trained and exported
+    teacher_hits = [p == label for p, (_, label) in zip(teacher_said, examples)]
     teacher = round(sum(teacher_hits) / len(examples), 4)
     counts = Counter(label for _, label in examples)
     top, n_top = counts.most_common(1)[0]
@@ -45,13 +46,15 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
                    f"({', '.join(ctx.splits.labels)})", file=sys.stderr)
     measured = {}
     for name, a in artifact.all().items():  # every target's artifact, when there are several
-        hits = correct(runtime.load(a.path, max_length=ctx.max_length), examples, batch_size, ctx.progress,
-                       f"evaluate {name}")
+        said = predictions(runtime.load(a.path, max_length=ctx.max_length), examples, batch_size, ctx.progress,
+                           f"evaluate {name}")
+        hits = [p == label for p, (_, label) in zip(said, examples)]
         score = round(sum(hits) / len(examples), 4)
         measured[name] = {"accuracy": score, "teacher_accuracy": teacher,
                           "accuracy_retained": round(score / teacher, 4) if teacher else None,
                           "accuracy_retained_interval": kept_interval(hits, teacher_hits) if teacher else None,
-                          "majority_accuracy": majority, "eval_split": split, "eval_examples": len(examples)}
+                          "majority_accuracy": majority, "eval_split": split, "eval_examples": len(examples),
+                          "per_class": per_class(said, teacher_said, examples, ctx.splits.labels)}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
@@ -65,14 +68,36 @@ def accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) 
 
 def correct(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
     """Per example, in order: whether the model predicts its label."""
-    hits = []
+    return [p == label for p, (_, label) in zip(predictions(model, examples, batch_size, progress, desc), examples)]
+
+
+def predictions(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
+    """Per example, in order: the class id the model predicts."""
+    said = []
     with tqdm(total=len(examples), desc=desc, unit="ex", disable=not progress, dynamic_ncols=True) as bar:
         for s in range(0, len(examples), batch_size):
             chunk = examples[s:s + batch_size]
-            predicted = model.logits(model.encode([t for t, _ in chunk])).argmax(-1)
-            hits += [bool(p == label) for p, (_, label) in zip(predicted, chunk)]
+            said += [int(p) for p in model.logits(model.encode([t for t, _ in chunk])).argmax(-1)]
             bar.update(len(chunk))
-    return hits
+    return said
+
+
+def per_class(said: list, teacher_said: list, examples: list, labels: list) -> dict:
+    """{label: {examples, recall, teacher_recall}}, each class's share of sentences predicted as that class: where
+    compression costs a class more than the accuracy says (a minority class first)."""
+    out = {}
+    for c, name in enumerate(labels):
+        rows = [i for i, (_, label) in enumerate(examples) if label == c]
+        if rows:
+            out[name] = {"examples": len(rows), "recall": round(sum(said[i] == c for i in rows) / len(rows), 4),
+                         "teacher_recall": round(sum(teacher_said[i] == c for i in rows) / len(rows), 4)}
+    return out
+
+
+def worst_class(classes: dict) -> tuple:
+    """(label, its numbers) of the class whose recall fell most against the teacher's; None where none fell."""
+    worst = max(classes.items(), key=lambda c: c[1]["teacher_recall"] - c[1]["recall"], default=None)
+    return worst if worst and worst[1]["teacher_recall"] > worst[1]["recall"] else None
 
 
 def kept_interval(hits: list, teacher_hits: list, draws: int = 2000, seed: int = 0) -> list:

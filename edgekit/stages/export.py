@@ -1,11 +1,9 @@
 """export: a transformers folder -> ONNX, TFLite or TorchScript with a model.json sidecar, checked against the
 PyTorch model on real test sentences (max_abs_diff, label_agreement)."""
-import contextlib
 import copy
 import io
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -409,12 +407,21 @@ def to_onnx(model, sample: tuple, path: Path, exporter: str = "torchscript", ops
 
 
 def infer_shapes(model):
-    """ONNX Runtime's symbolic shape inference (auto_merge), run from a scratch folder: where it cannot infer every
-    shape it raises, and first saves the graph as sym_shape_infer_temp.onnx into the current folder, the user's."""
+    """ONNX Runtime's symbolic shape inference (auto_merge), SymbolicShapeInference.infer_shapes' steps without its
+    last one: where it cannot infer every shape, that saves the graph as sym_shape_infer_temp.onnx into the current
+    folder (the user's) before it raises; running it from a scratch folder changed the working directory of the
+    whole process, under the host's other threads."""
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    inference = SymbolicShapeInference(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
+    inference._preprocess(model)
+    complete = False
+    while inference.run_:
+        complete = inference._infer_impl()
+    inference._update_output_from_vi()
+    if not complete:
+        raise ValueError("incomplete symbolic shape inference")
+    return inference.out_mp_
 
 
 def fixed_reshapes(path: Path, sample: tuple) -> int:

@@ -17,6 +17,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: floa
                           desc="finetune", progress=ctx.progress)
     rank, world = training.distributed()
     if rank == 0:
-        families.save_model(model, tokenizer, out_dir / "model")
+        families.save_model(model, tokenizer, out_dir / "model", ctx.max_length)
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "train_loss": round(loss, 4), "processes": world})

@@ -83,8 +83,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
             recover(model, teacher, recover_enc, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
         model.config.edgekit_shapes = shapes
-        save(model, tokenizer, step_dir / "model")
-    save(model, tokenizer, out_dir / "model")
+        save(model, tokenizer, step_dir / "model", ctx.max_length)
+    save(model, tokenizer, out_dir / "model", ctx.max_length)
     if training.distributed()[0] == 0:
         for step in range(1, steps + 1):
             shutil.rmtree(out_dir / f"step-{step}", ignore_errors=True)
@@ -98,14 +98,14 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
                                               "processes": training.distributed()[1]})
 
 
-def save(model, tokenizer, path: Path) -> None:
+def save(model, tokenizer, path: Path, max_length: int) -> None:
     """Rank 0 writes (under torchrun every rank holds the same weights: same scores, averaged gradients), into a
     temporary folder renamed when complete: a resumed run trusts any step folder with a config.json."""
     rank, world = training.distributed()
     if rank == 0:
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        families.save_model(model, tokenizer, tmp)
+        families.save_model(model, tokenizer, tmp, max_length)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
     if world > 1:

@@ -31,6 +31,7 @@ import os
 import random
 import shutil
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -248,16 +249,23 @@ def quantize_file(source: Path, target: Path, fmt: str, settings: dict, calib: l
 @contextlib.contextmanager
 def quiet():
     """The quantizers warn on the root logger once per tensor (shared buffers, 1-D weights); what matters is
-    checked afterwards against the FP32 model instead."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
+    checked afterwards against the FP32 model instead. Only this thread's records below ERROR are dropped: the
+    root logger's level is the process's, and the host's other threads lost their warnings meanwhile."""
+    root, thread, own = logging.getLogger(), threading.get_ident(), logging.getLogger("onnxruntime")
+    level = own.level  # its named loggers (shape inference, preprocessing) log below it
+
+    def keep(record):
+        return record.thread != thread or record.levelno >= logging.ERROR
+
+    root.addFilter(keep)
+    own.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        root.setLevel(level)
+        root.removeFilter(keep)
+        own.setLevel(level)
 
 
 # --- ONNX -------------------------------------------------------------------------------------------------------
