@@ -66,7 +66,28 @@ def quiet_transformers():
 def family(config) -> dict:
     if config.model_type not in FAMILIES:
         raise EdgekitError(f"model type '{config.model_type}' is not supported; supported: {', '.join(FAMILIES)}")
+    if problem := config_problem(config):
+        raise EdgekitError(f"{getattr(config, 'name_or_path', '') or 'the model'}'s config.json {problem}")
     return FAMILIES[config.model_type]
+
+
+def config_problem(config) -> str:
+    """'' or what a supported family's config asks that transformers 5 or edgekit would not do as asked, silently
+    (each ran, giving a model other than the config's): edgekit's layer paths hold ALBERT's first layer group
+    only; transformers 5 dropped relative_key positions and computes MPNet's buckets as 32."""
+    if config.model_type == "albert" and getattr(config, "num_hidden_groups", 1) != 1:
+        return (f"sets num_hidden_groups {config.num_hidden_groups}; edgekit prunes and distils ALBERT's one shared "
+                f"layer group (every published ALBERT has 1): give a model with num_hidden_groups 1")
+    if getattr(config, "position_embedding_type", None) not in (None, "absolute"):
+        return (f"sets position_embedding_type {config.position_embedding_type}, which transformers 5 no longer "
+                f"runs (it would drop those weights and use absolute positions): give a model with absolute positions")
+    if config.model_type == "mpnet" and getattr(config, "relative_attention_num_buckets", 32) != 32:
+        return (f"sets relative_attention_num_buckets {config.relative_attention_num_buckets}; transformers 5 "
+                f"computes MPNet's relative positions in 32 buckets: give a model with 32")
+    if getattr(config, "is_decoder", False):
+        return ("sets is_decoder: true, so every token sees only those before it and the first token, the one the "
+                "classifier reads, sees only itself; set is_decoder to false")
+    return ""
 
 
 def layers(model):

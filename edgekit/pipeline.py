@@ -210,6 +210,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         check_student(recipe)
         check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
+            check_head(source.path, config.architectures, recipe["teacher"])
             check_labels(config, splits.labels, recipe["teacher"])
             check_order(source, config, splits, recipe["teacher"], recipe["max_length"])
         prepare_out(out)
@@ -254,6 +255,26 @@ def relabel(splits: data.Splits, names: list) -> data.Splits:
         stats["classes"] = {n: stats["classes"][n] for n in names}
     return replace(splits, train=moved(splits.train), validation=moved(splits.validation), test=moved(splits.test),
                    labels=list(names), stats=stats)
+
+
+def check_head(path: Path, architectures, spec: str) -> None:
+    """Without a finetune stage the teacher must be a sequence classifier: a plain encoder, a masked-LM (as
+    bert-base-uncased is published) or a token classifier got a new random head on every load, and a run exported
+    a random classifier with exit code 0. Read from config.json's `architectures`, else from the weights' names."""
+    from safetensors import safe_open
+
+    if architectures:
+        ok = any(a.endswith("ForSequenceClassification") for a in architectures)
+    else:
+        keys = set()
+        for weights in Path(path).glob("*.safetensors"):
+            with safe_open(str(weights), "pt") as f:
+                keys |= set(f.keys())
+        ok = any(k.startswith(("classifier.", "pre_classifier.")) for k in keys)
+    if not ok:
+        what = f"it is a {', '.join(architectures)}" if architectures else "its weights hold no classifier"
+        raise EdgekitError(f"teacher {spec} is not a sequence classifier ({what}); add a finetune stage, which trains "
+                           f"a classification head on the data, or give a model fine-tuned for sequence classification")
 
 
 def check_labels(config, labels: list, spec: str) -> None:
@@ -579,6 +600,9 @@ def check_inputs(recipe: dict):
     check_student(recipe)
     if teacher := on_disk(recipe["teacher"]):
         check_shapes(recipe, teacher)
+        if "finetune" not in recipe["stages"]:
+            config = json.loads((Path(teacher) / "config.json").read_text())
+            check_head(Path(teacher), config.get("architectures"), recipe["teacher"])
     return splits
 
 

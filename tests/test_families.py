@@ -1,4 +1,5 @@
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -237,3 +238,28 @@ def test_a_half_precision_checkpoint_is_loaded_and_trained_in_float32(tmp_path, 
                                                  stages=("finetune", "distill", "export", "evaluate")))
     manifest = pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
     assert manifest["final"]["metrics"]["accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("family, change, message", [
+    ("albert", {"num_hidden_groups": 2}, "sets num_hidden_groups 2; edgekit prunes and distils ALBERT's one shared"),
+    ("bert", {"position_embedding_type": "relative_key"}, "sets position_embedding_type relative_key, which "
+                                                          "transformers 5 no longer runs"),
+    ("mpnet", {"relative_attention_num_buckets": 16}, "sets relative_attention_num_buckets 16; transformers 5"),
+    ("roberta", {"is_decoder": True}, "sets is_decoder: true, so every token sees only those before it"),
+])
+def test_a_config_that_transformers_or_edgekit_would_not_run_as_written_is_refused_in_one_line(tmp_path, family,
+                                                                                               change, message):
+    """Each ran: ALBERT's second layer group kept every head after pruning, relative positions were dropped for
+    absolute ones, MPNet with 16 buckets failed with an IndexError, a decoder classifier's first token saw only
+    itself."""
+    import json
+
+    from edgekit import pipeline
+
+    folder = make_model_dir(tmp_path / family, family)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(EdgekitError, match=re.escape(message)):
+        pipeline.resolve_model(str(folder))
+    with pytest.raises(EdgekitError, match=re.escape(message)):
+        families.load_model(folder)

@@ -135,3 +135,31 @@ def test_gate_says_why_accuracy_retained_is_missing_when_the_teacher_scored_zero
     with pytest.raises(EdgekitError, match="accuracy_retained is undefined: the teacher scored 0 on the run's test"):
         gate.check(tmp_path / "run", [("accuracy_retained", ">=", 0.9)])
     assert "retained undefined (the teacher scored 0)" in cli.summary(m)
+
+
+@pytest.mark.parametrize("kind", ["AutoModelForMaskedLM", "AutoModel", "AutoModelForTokenClassification"])
+def test_a_teacher_without_a_sequence_classification_head_is_refused_without_finetune(tmp_path, kind):
+    """Each load drew a new random head: a plain encoder or token classifier gave a random classifier with exit
+    code 0; a masked-LM (as bert-base-uncased is published) failed in export on two different random heads."""
+    import transformers
+
+    from edgekit import cli, pipeline, recipe
+    from edgekit.testing import make_csv, make_model_dir, tiny_config, tiny_recipe
+
+    folder = make_model_dir(tmp_path / "m")
+    getattr(transformers, kind).from_config(tiny_config("bert")).save_pretrained(folder)  # over the classifier
+    text = tiny_recipe(folder, make_csv(tmp_path / "d.csv"), stages=("export", "evaluate"))
+    (tmp_path / "r.yaml").write_text(text)
+    with pytest.raises(EdgekitError, match=r"is not a sequence classifier \(it is a Bert\w+\); add a finetune stage"):
+        pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "01-export").exists()
+    assert cli.main(["compress", "--recipe", str(tmp_path / "r.yaml"), "--dry-run"]) == 1  # refused there too
+    if kind != "AutoModelForTokenClassification":  # its head is named classifier too: told by architectures only
+        config = json.loads((folder / "config.json").read_text())
+        del config["architectures"]  # no architectures: read from the weights' names
+        (folder / "config.json").write_text(json.dumps(config))
+        with pytest.raises(EdgekitError, match="its weights hold no classifier"):
+            pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run2", progress=False)
+    (tmp_path / "f.yaml").write_text(tiny_recipe(folder, tmp_path / "d.csv", stages=("finetune", "evaluate")))
+    assert pipeline.run(recipe.load(str(tmp_path / "f.yaml")), tmp_path / "run3", progress=False)["status"] == \
+        "complete"  # finetune trains a head: the same folder is a fine teacher then
