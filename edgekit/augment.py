@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from edgekit import assets
+from edgekit import assets, families
 
 
 def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k: int, seed: int,
@@ -121,8 +121,6 @@ def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int, marker:
     """word token -> its k nearest whole-word tokens in the model's input embedding matrix (cosine). A pruned
     vocabulary: each id's row through the remap, neighbours among the kept tokens (a kept token has a row of its
     own; the dropped ones share the unknown token's), nothing for a dropped word (the model reads it as [UNK])."""
-    from edgekit import families
-
     embedding = families.load_model(model_dir).get_input_embeddings()
     with torch.no_grad():
         table = torch.nn.functional.normalize(embedding(torch.arange(embedding.num_embeddings)).float(), dim=-1)
@@ -143,6 +141,7 @@ def embedding_neighbours(model_dir: Path, tokenizer, words: set, k: int, marker:
     return found
 
 
+@families.quiet_transformers()  # transformers' "Loading weights" bar, and its notes on unused weights
 def masked_lm(model_dir: Path):
     """The folder's masked-LM (with its trained head), or None when the folder has no MLM head, or weights a
     masked-LM of its config cannot load as they are (a model edgekit pruned: a classifier of smaller shapes)."""
