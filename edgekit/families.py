@@ -23,6 +23,8 @@ FAMILIES = {
     "roberta": _bert_like("roberta"),
     "xlm-roberta": _bert_like("roberta"),  # RoBERTa's code: multilingual (XLM-R), and French (CamemBERT)
     "camembert": _bert_like("roberta"),
+    "data2vec-text": _bert_like("data2vec_text"),  # RoBERTa's layout, trained as data2vec
+    "ernie": _bert_like("ernie"),  # BERT's layout (Baidu's ERNIE 1-3)
     "electra": _bert_like("electra"),
     # MPNet computes one relative position bias for all heads, once per forward: see keep_bias_heads
     "mpnet": {"layers": "mpnet.encoder.layer", "q": "attention.attn.q", "k": "attention.attn.k",
@@ -119,7 +121,7 @@ def named(model, labels: list):
 
 def max_tokens(config) -> int:
     """The longest input the position table takes (RoBERTa and MPNet start positions after the padding id)."""
-    offset = 2 if config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet") else 0
+    offset = 2 if config.model_type in ("roberta", "xlm-roberta", "camembert", "data2vec-text", "mpnet") else 0
     return config.max_position_embeddings - offset
 
 
@@ -253,7 +255,7 @@ def hidden_width(config) -> int:
     return (getattr(config, "edgekit_shapes", None) or {}).get("hidden", config.hidden_size)
 
 
-HIDDEN_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
+HIDDEN_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "electra")
 
 
 def hidden_parts(model) -> dict:

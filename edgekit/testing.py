@@ -26,7 +26,7 @@ def tiny_config(family: str, layers: int = 4):
                                     hidden_dim=64, max_position_embeddings=128, num_labels=2)
     if family == "albert":
         common["embedding_size"] = 16
-    if family in ("roberta", "mpnet"):
+    if family in ("roberta", "data2vec-text", "mpnet"):
         common.update(pad_token_id=0, bos_token_id=2, eos_token_id=3)
     if family in SENTENCEPIECE:  # fairseq's order, as in the real vocabularies: <s> <pad> </s> <unk>
         common.update(pad_token_id=1, bos_token_id=0, eos_token_id=2)

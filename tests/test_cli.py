@@ -222,7 +222,7 @@ def test_dry_run_catches_what_used_to_fail_after_fine_tuning(tiny_recipe, model_
     path = tmp_path / "prune.yaml"
     path.write_text(testing.tiny_recipe(albert, testing.make_csv(tmp_path / "d.csv"), ("finetune", "prune", "export")))
     code, err = dry(path, "prune.hidden_keep=0.5")
-    assert code == 2 and "supports bert, roberta, xlm-roberta, camembert, electra, not albert (the model it prunes)" in err
+    assert code == 2 and "supports bert, roberta, xlm-roberta, camembert, data2vec-text, electra, not albert (the model it prunes)" in err
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -9,7 +9,8 @@ from edgekit import families
 from edgekit.errors import EdgekitError
 from edgekit.stages.prune import prune_model
 
-FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert", "mpnet"]
+FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "ernie", "electra", "distilbert", "albert",
+            "mpnet"]
 
 
 def inputs():

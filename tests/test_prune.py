@@ -263,7 +263,7 @@ def test_hidden_pruning_with_heads_steps_and_vocab_reloads_and_exports(model_dir
     assert runtime.load(out.path)(texts)["labels"] == runtime.load(onnx.path)(texts)["labels"]
 
 
-@pytest.mark.parametrize("family_name", ["roberta", "xlm-roberta", "electra"])
+@pytest.mark.parametrize("family_name", ["roberta", "xlm-roberta", "data2vec-text", "electra"])
 def test_hidden_pruning_of_other_families_reloads_the_same_model(tmp_path, family_name):
     from edgekit.testing import make_model_dir
 
@@ -274,7 +274,7 @@ def test_hidden_pruning_of_other_families_reloads_the_same_model(tmp_path, famil
         assert model.electra.embeddings_project.out_features == width
         assert model.electra.embeddings.LayerNorm.normalized_shape == (128,)
     else:
-        assert model.roberta.embeddings.LayerNorm.normalized_shape == (width,)
+        assert model.base_model.embeddings.LayerNorm.normalized_shape == (width,)
     assert model.classifier.dense.in_features == width
     assert_reloads_the_same(model, tmp_path / "p")
 
@@ -283,7 +283,7 @@ def test_hidden_pruning_refuses_a_family_it_does_not_cover_before_any_work(tmp_p
     from edgekit.testing import make_model_dir
 
     with pytest.raises(EdgekitError, match="hidden-width pruning supports bert, roberta, xlm-roberta, camembert, "
-                                           "electra, not mpnet; leave hidden_keep at 1"):
+                                           "data2vec-text, electra, not mpnet; leave hidden_keep at 1"):
         prune.run(Artifact(make_model_dir(tmp_path / "mp", "mpnet"), "hf"), tmp_path / "p", ctx, hidden_keep=0.5)
     assert not (tmp_path / "p").exists()
 

@@ -187,11 +187,11 @@ def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"
     """(the module to export, the rewrites kept): `model` in eager attention with each rewrite in `names` tried in
     turn and kept only if the logits on `sample` (token ids and a mask with padding; by default random ids, the
     second row half padded) match the plain model's. All are exact up to float rounding:
-    - `first_token_last_layer` (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, DistilBERT): the last layer computes the
-      first token's output alone, the only row the classifier reads ([CLS] / <s>): keys and values for every token, but the
-      query, attention output, LayerNorms and FFN for one row instead of L. edge-small (3 layers), 1 x 128 tokens,
+    - `first_token_last_layer` (BERT-like layouts, DistilBERT): the last layer computes the first token's output
+      alone, the only row the classifier reads ([CLS] / <s>): keys and values for every token, but the query,
+      attention output, LayerNorms and FFN for one row instead of L. edge-small (3 layers), 1 x 128 tokens,
       1 thread: TFLite 1.96 -> 1.43 ms, ONNX 2.38 -> 1.73 ms.
-    - `fused_qkv` (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA): one Q|K|V projection per layer instead of three, the
+    - `fused_qkv` (BERT-like layouts: see bert_like): one Q|K|V projection per layer instead of three, the
       1/sqrt(head_dim) score scale folded into the Q rows. A dynamic-range FULLY_CONNECTED quantizes its input
       on every call, so three projections of one input quantized it three times; and the score scale was a
       multiply over every [heads, L, L] score.
@@ -249,7 +249,8 @@ def merged(*parts) -> torch.nn.Linear:
 
 
 def bert_like(model) -> bool:
-    """Layers laid out as transformers' BERT (attention.self.query ...): BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA."""
+    """Layers laid out as transformers' BERT (attention.self.query ...): BERT, RoBERTa, XLM-R, CamemBERT, data2vec-text,
+    ERNIE, ELECTRA."""
     return families.FAMILIES.get(model.config.model_type, {}).get("q", "").startswith("attention.self.")
 
 
