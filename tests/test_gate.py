@@ -214,3 +214,25 @@ def test_gate_checks_an_upload_of_the_final_stage_and_never_sizes_a_stopped_run(
     with pytest.raises(EdgekitError, match="has no manifest.json yet: its first stage is still running or was stopped"):
         gate.check(stopped, [("size_mb", "<=", 100.0)])
     assert cli.main(["gate", str(stopped), "--max-size-mb", "100"]) == 1
+
+
+def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(finished, tmp_path):
+    from edgekit import recipe
+    from edgekit.stages import evaluate
+
+    classes = {"neg": {"examples": 4, "recall": 0.5, "teacher_recall": 0.5},
+               "pos": {"examples": 4, "recall": 0.4, "teacher_recall": 0.8},
+               "none": {"examples": 2, "recall": 0.5, "teacher_recall": 0.0}}  # the teacher never right: left out
+    assert evaluate.lowest_kept(classes) == 0.5 and evaluate.lowest_kept({"none": classes["none"]}) is None
+    manifest = json.loads((finished / "manifest.json").read_text())
+    final = manifest["final"]["metrics"]
+    assert final["class_recall_retained"] == evaluate.lowest_kept(final["per_class"])
+    assert gate.check(finished, [("class_recall_retained", ">=", 0.9)])[0]["ok"] is (final["class_recall_retained"]
+                                                                                    >= 0.9)
+    final["class_recall_retained"] = 0.6  # a class that lost 40% of its recall
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["gate", str(finished), "--budget", "class_recall_retained>=0.9"]) == 3
+    assert "is not a fraction" in recipe.bound_problem("class_recall_retained", 90)  # 0.9, never 90
+    assert recipe._check_budgets({"budgets": {"class_recall_retained": ">= 0.9"}, "stages": ["export"]}) == [
+        "budget class_recall_retained: no stage of this recipe measures it; add evaluate to stages, or drop the "
+        "budget (budgets.class_recall_retained=null)"]

@@ -21,7 +21,7 @@ from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 
 REVISION = 4  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
-# 3: accuracy_retained_interval; 4: per_class (each class's recall, the teacher's beside it)
+# 3: accuracy_retained_interval; 4: per_class (each class's recall, the teacher's beside it), class_recall_retained
 
 
 LIMITS = {"split": ("validation", "test")}  # and recipe.COMMON
@@ -54,7 +54,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
                           "accuracy_retained": round(score / teacher, 4) if teacher else None,
                           "accuracy_retained_interval": kept_interval(hits, teacher_hits) if teacher else None,
                           "majority_accuracy": majority, "eval_split": split, "eval_examples": len(examples),
-                          "per_class": per_class(said, teacher_said, examples, ctx.splits.labels)}
+                          "per_class": (classes := per_class(said, teacher_said, examples, ctx.splits.labels)),
+                          "class_recall_retained": lowest_kept(classes)}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
@@ -92,6 +93,13 @@ def per_class(said: list, teacher_said: list, examples: list, labels: list) -> d
             out[name] = {"examples": len(rows), "recall": round(sum(said[i] == c for i in rows) / len(rows), 4),
                          "teacher_recall": round(sum(teacher_said[i] == c for i in rows) / len(rows), 4)}
     return out
+
+
+def lowest_kept(classes: dict) -> float | None:
+    """The lowest share of its teacher's recall that a class keeps (classes the teacher never gets right left out;
+    None where that is every class): a budget on it bounds what compression costs the worst-served class."""
+    kept = [c["recall"] / c["teacher_recall"] for c in classes.values() if c["teacher_recall"] > 0]
+    return round(min(kept), 4) if kept else None
 
 
 def worst_class(classes: dict) -> tuple:
