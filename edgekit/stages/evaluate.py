@@ -34,7 +34,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     out_dir.mkdir(parents=True, exist_ok=True)
     teacher_said = predictions(runtime.load(ctx.teacher.path, max_length=ctx.max_length), examples, 64, ctx.progress,
                                "evaluate teacher")  # truncated where the student was trained and exported
-    teacher_hits = [p == label for p, (_, label) in zip(teacher_said, examples)]
+    teacher_hits = matches(teacher_said, examples)
     teacher = round(sum(teacher_hits) / len(examples), 4)
     counts = Counter(label for _, label in examples)
     top, n_top = counts.most_common(1)[0]
@@ -48,7 +48,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     for name, a in artifact.all().items():  # every target's artifact, when there are several
         said = predictions(runtime.load(a.path, max_length=ctx.max_length), examples, batch_size, ctx.progress,
                            f"evaluate {name}")
-        hits = [p == label for p, (_, label) in zip(said, examples)]
+        hits = matches(said, examples)
         score = round(sum(hits) / len(examples), 4)
         measured[name] = {"accuracy": score, "teacher_accuracy": teacher,
                           "accuracy_retained": round(score / teacher, 4) if teacher else None,
@@ -69,7 +69,12 @@ def accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) 
 
 def correct(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
     """Per example, in order: whether the model predicts its label."""
-    return [p == label for p, (_, label) in zip(predictions(model, examples, batch_size, progress, desc), examples)]
+    return matches(predictions(model, examples, batch_size, progress, desc), examples)
+
+
+def matches(said: list, examples: list) -> list:
+    """Per example, in order: whether the class said for it is its label."""
+    return [p == label for p, (_, label) in zip(said, examples)]
 
 
 def predictions(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:

@@ -124,8 +124,13 @@ def check_examples(out: Artifact, examples: list) -> tuple:
     if out.metrics["quantization"]["mode"] != "static" or not texts:
         return examples, []
     tokenizer = runtime.SidecarTokenizer(out.path)
-    lengths = spread(0, tokenizer.meta["max_length"], max(1, len(texts) // 4))
-    return examples, [(t, None) for t in filled(texts, tokenizer.encode, lengths)]
+    return examples, [(t, None) for t in joined(texts, tokenizer.encode, tokenizer.meta["max_length"])]
+
+
+def joined(texts: list, encode, high: int, low: int = 0) -> list:
+    """A quarter as many texts as `texts` (at least one), joined from them, spread evenly over (low, high] tokens:
+    what static INT8 calibrates and is checked on beside the sentences themselves."""
+    return filled(texts, encode, spread(low, high, max(1, len(texts) // 4)))
 
 
 def filled(texts: list, encode, lengths: list) -> list:
@@ -353,7 +358,7 @@ def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude
 
     tokenizer = runtime.SidecarTokenizer(source)  # model.json and tokenizer lie beside `source`
     encode = tokenizer.encode
-    calib = calib + filled(calib, encode, spread(0, tokenizer.meta["max_length"], max(1, len(calib) // 4)))
+    calib = calib + joined(calib, encode, tokenizer.meta["max_length"])
     if settings["calibration"] == "minmax":  # each sentence alone, at its own length: no padding in the ranges
         items = [encode([t]) for t in calib]
     else:  # ONNX Runtime's histogram calibrators stack every tensor, so all inputs take one width (padded)
@@ -446,7 +451,7 @@ def tflite_quantize(source: Path, target: Path, mode: str, calib: list, meta: di
         for shorter, b in zip([0] + buckets, buckets):  # short sentences padded, then texts filling the bucket:
             # last, since ai-edge-quantizer's ranges are moving averages (0.95) over the rows, not their extremes
             rows = []
-            for text in calib + filled(calib, tokenizer.encode, spread(shorter, b, max(1, len(calib) // 4))):
+            for text in calib + joined(calib, tokenizer.encode, b, shorter):
                 enc = tokenizer.encode([text], max_length=b)
                 ids = np.full((1, b), meta["pad_id"], dtype=np.int32)
                 mask = np.zeros((1, b), dtype=np.int32)
