@@ -35,6 +35,11 @@ class Splits:
     # "splits": {split: rows before max_train / max_eval}, "classes": {label: rows in all splits}}
     stats: dict = field(default_factory=dict, compare=False)
 
+    @property
+    def pairs(self) -> bool:
+        """Whether each example is a text pair (text, text_pair): data.text_pair_column is set."""
+        return bool(self.train) and isinstance(self.train[0][0], tuple)
+
     def fingerprint(self, evaluation: bool = True) -> str:
         """Of the labels and the training split, and (`evaluation`) the validation and test splits too."""
         parts = [self.labels, self.train] + ([self.validation, self.test] if evaluation else [])
@@ -45,9 +50,14 @@ LIMITS = {"max_train": "[0, inf)", "max_eval": "[0, inf)"}  # 0: every row (edge
 
 
 def load(source: str, text_column: str = "text", label_column: str = "label", split_column: str = "",
-         max_train: int = 0, max_eval: int = 0, seed: int = 0) -> Splits:
-    """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically."""
+         text_pair_column: str = "", max_train: int = 0, max_eval: int = 0, seed: int = 0) -> Splits:
+    """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically. With `text_pair_column`
+    (a local file's second text: NLI's hypothesis, a paraphrase, an answer) each example's text is the pair
+    (text, text_pair), which the tokenizer joins as the model was trained (BERT: [CLS] a [SEP] b [SEP])."""
     skipped = None
+    if text_pair_column and source in DATASETS:
+        raise UsageError(f"data.text_pair_column is for a local file with two texts per row; {source} has one text "
+                         f"per row: leave text_pair_column out")
     if source == "rt-polarity":
         rows = _rt_polarity()
     elif source == "vader-amazon":
@@ -56,7 +66,7 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rows = [(t, label, _hash_split(t)) for t, label in _tweets()]
     else:
         check_source(source)
-        rows, read = _read_file(Path(source), text_column, label_column, split_column)
+        rows, read = _read_file(Path(source), text_column, label_column, split_column, text_pair_column)
         skipped = read - len(rows)
     by_split = {"train": [], "validation": [], "test": []}
     for text, label, split in rows:
@@ -197,6 +207,11 @@ def _number(name: str):
     return value if math.isfinite(value) else None
 
 
+def joined(text) -> str:
+    """A text as one line: itself, or a pair's two texts with ' ||| ' between them (a split's hash, a report)."""
+    return " ||| ".join(text) if isinstance(text, tuple) else text
+
+
 def _hash_split(key: str) -> str:
     bucket = int(hashlib.sha256(key.encode()).hexdigest(), 16) % 10
     return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
@@ -283,13 +298,20 @@ def check_source(source: str) -> None:
         raise UsageError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
 
 
-def _read_file(path: Path, text_column: str, label_column: str, split_column: str) -> tuple:
-    """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out."""
+def _read_file(path: Path, text_column: str, label_column: str, split_column: str, pair_column: str = "") -> tuple:
+    """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out. With
+    `pair_column` each text is the pair (text, text_pair), a row with either empty left out."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError:
         raise EdgekitError(f"dataset {path} is not UTF-8 text; convert it to UTF-8")
-    used = (text_column, label_column) + ((split_column,) if split_column else ())
+    settings = [(s, c) for s, c in (("text_column", text_column), ("label_column", label_column),
+                                    ("split_column", split_column), ("text_pair_column", pair_column)) if c]
+    used = {c: s for s, c in settings}  # column -> the data setting that names it
+    names = [c for _, c in settings]
+    if twice := [(s, c) for s, c in settings if names.count(c) > 1]:
+        raise UsageError(f"data.{' and data.'.join(s for s, _ in twice)} name the same column '{twice[0][1]}'; "
+                         f"give each its own column")
     if path.suffix == ".jsonl":
         records = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -317,14 +339,17 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     rows = []
     for r in records:
         text, label = r.get(text_column), r.get(label_column)
+        second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
-        if text is None or label is None or str(text).strip() == "" or str(label).strip() in ("", "nan", "NaN", "NAN"):
+        if text is None or label is None or str(text).strip() == "" or str(label).strip() in ("", "nan", "NaN", "NAN") \
+                or second is None or (pair_column and str(second).strip() == ""):
             continue  # a missing value (pandas writes one as nan): the row carries no example
-        split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(str(text))
+        text = (str(text), str(second)) if pair_column else str(text)
+        split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(joined(text))
         split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
         if split not in ("train", "validation", "test"):
             raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (dev), test")
-        rows.append((str(text), unicodedata.normalize("NFC", str(label)).strip(), split))  # NFD (macOS) is NFC
+        rows.append((text, unicodedata.normalize("NFC", str(label)).strip(), split))  # NFD (macOS) is NFC
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")
     return rows, len(records)
@@ -339,8 +364,8 @@ class _Record(dict):
         self.repeated = {k for k in keys if keys.count(k) > 1}
 
 
-def _check_columns(path: Path, columns: list, used: tuple) -> None:
-    for col, setting in zip(used, ("text_column", "label_column", "split_column")):  # _read_file's order
+def _check_columns(path: Path, columns: list, used: dict) -> None:
+    for col, setting in used.items():
         if col not in columns:
             if near := [c for c in columns if str(c).strip().lower() == col.strip().lower()]:
                 raise UsageError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
@@ -354,7 +379,7 @@ def _check_columns(path: Path, columns: list, used: tuple) -> None:
                                f"(columns {', '.join(where[:-1])} and {where[-1]}); rename one")
 
 
-def _csv_records(path: Path, text: str, used: tuple) -> list:
+def _csv_records(path: Path, text: str, used: dict) -> list:
     """A CSV/TSV file's rows as {column: value}; a row with more fields than the header, or too few to reach a
     column in use, is refused: an unquoted comma (tab) in a text would shift its label."""
     sep, sep_name = ("\t", "tab") if path.suffix == ".tsv" else (",", "comma")
@@ -395,13 +420,14 @@ def encode(tokenizer, examples: list, max_length: int, progress: bool = False, d
 
     ids, start = [], 0
     with tqdm(total=len(examples), desc=desc, unit="text", dynamic_ncols=True,
-              disable=not progress or sum(len(t) for t, _ in examples) < CHUNK_CHARS) as bar:
+              disable=not progress or sum(len(joined(t)) for t, _ in examples) < CHUNK_CHARS) as bar:
         while start < len(examples):
             end, chars = start, 0
-            while end < len(examples) and (end == start or chars + len(examples[end][0]) <= CHUNK_CHARS):
-                chars += len(examples[end][0])
+            while end < len(examples) and (end == start or chars + len(joined(examples[end][0])) <= CHUNK_CHARS):
+                chars += len(joined(examples[end][0]))
                 end += 1
-            ids += tokenizer([t for t, _ in examples[start:end]], truncation=True, max_length=max_length)["input_ids"]
+            texts = [t for t, _ in examples[start:end]]  # a pair (a, b): a's tokens, the separator, b's
+            ids += tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
             bar.update(end - start)
             start = end
     return [(i, label) for i, (_, label) in zip(ids, examples)]

@@ -209,9 +209,10 @@ def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int
     test = ctx.splits.test[:sentences or scored or len(ctx.splits.test)]  # share divides by the same sentences
     with open(into / "test.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["text", "label"])
+        pairs = bool(meta.get("text_pair"))
+        writer.writerow(["text", "text_pair", "label"] if pairs else ["text", "label"])
         names = meta["labels"]  # the model's own names for the class ids: the runner reads names before ids
-        writer.writerows((text, names[label]) for text, label in test)
+        writer.writerows((*(text if pairs else (text,)), names[label]) for text, label in test)
     return {"model": f"model/{model.name}", "format": meta.get("format"), "examples": len(test)}
 
 

@@ -135,11 +135,57 @@ def ffn_size(config) -> int:
 
 
 @quiet_transformers()
-def load_model(path, labels=None):
+def load_model(path, labels=None, pairs: bool = False):
     """A sequence classifier from a transformers folder; pruned shapes from `edgekit_shapes` are re-applied.
     `labels` (names, index = class id): a head trained on the same classes in another order has its output rows
     reordered; a head for other classes, or none (a plain encoder), starts fresh; a head whose labels were never
-    named (LABEL_0, ...) keeps its order."""
+    named (LABEL_0, ...) keeps its order. `pairs` (a run on text pairs), or a folder saved by such a run: the
+    model reads token types from its ids (derive_segments)."""
+    model = _load_model(path, labels)
+    sep = getattr(model.config, "edgekit_sep_id", None)
+    if sep is None and pairs and uses_segments(model):
+        sep = load_tokenizer(path).sep_token_id
+    return derive_segments(model, sep) if sep is not None else model
+
+
+def uses_segments(model) -> bool:
+    """Whether `model` reads token types (BERT, ALBERT, ELECTRA, ERNIE: a pair's second text is type 1); RoBERTa's
+    family has one type, MPNet and DistilBERT none."""
+    types = getattr(model.base_model.embeddings, "token_type_embeddings", None)
+    return isinstance(types, torch.nn.Embedding) and types.num_embeddings > 1
+
+
+def segments(input_ids, sep_id: int):
+    """Token types from ids as the tokenizer gives them for a pair `[CLS] a [SEP] b [SEP] [PAD]..`: 1 from after
+    the first separator through the second, 0 elsewhere (a single text's pads read 1: masked, they change
+    nothing)."""
+    sep = (input_ids == sep_id).long()
+    return ((sep.cumsum(-1) - sep) == 1).long()
+
+
+def derive_segments(model, sep_id: int):
+    """`model` reading its token types from its input ids (`segments`), so that training, evaluation and every
+    exported graph (input_ids and attention_mask in) read a text pair as the tokenizer typed it, with no third
+    input. Recorded in the config (`edgekit_sep_id`), so a saved folder loads the same way."""
+    if not uses_segments(model):
+        return model
+    model.config.edgekit_sep_id = int(sep_id)
+    embeddings = model.base_model.embeddings
+    if getattr(embeddings, "edgekit_segments", None) is None:
+        def typed(module, args, kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is None:
+                return None
+            types = segments(ids, module.edgekit_segments)
+            if len(args) > 1:  # token_type_ids given by position
+                return (args[0], types) + tuple(args[2:]), kwargs
+            return args, {**kwargs, "token_type_ids": types}
+        embeddings.register_forward_pre_hook(typed, with_kwargs=True)
+    embeddings.edgekit_segments = int(sep_id)
+    return model
+
+
+def _load_model(path, labels=None):
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 

@@ -76,6 +76,7 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--texts", help="a file with one sentence per line")
+    p.add_argument("--pairs", type=int, default=0, help="1: each line of --texts is a text pair, split by a tab")
     p.add_argument("--synthetic", type=int, metavar="VOCAB", help="random ids below VOCAB instead of a tokenizer")
     a = p.parse_args(argv)
     t = time.perf_counter()
@@ -93,6 +94,7 @@ def main(argv=None):
     rss_after_load = memory_mb("VmRSS")
     result = {"fixed": percentiles(timed(lambda: model.logits(fixed), a.runs, a.warmup))}
     texts = Path(a.texts).read_text().splitlines() if a.texts else []
+    texts = [tuple((line.split("\t", 1) + [""])[:2]) for line in texts] if a.pairs else texts
     if texts:
         ms = []
         for text in texts[:a.runs]:

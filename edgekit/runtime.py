@@ -97,8 +97,13 @@ class HFModel:
         self.lock = threading.Lock()  # a fast tokenizer's call sets truncation on its shared backend, then encodes
 
     def encode(self, texts, max_length=None):
+        from edgekit import families
+
+        texts = list(texts)
+        if texts and isinstance(texts[0], tuple) and self.tokenizer.sep_token_id is not None:
+            families.derive_segments(self.model, self.tokenizer.sep_token_id)  # the pair's types from its ids
         with self.lock:
-            enc = self.tokenizer(list(texts), truncation=True, padding=True, return_tensors="np",
+            enc = self.tokenizer(texts, truncation=True, padding=True, return_tensors="np",
                                  max_length=min(max_length or self.max_length, self.longest))
         return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
 
@@ -214,26 +219,42 @@ def as_texts(texts) -> list:
                            f"the order you want the predictions")
     if not hasattr(texts, "__iter__") or isinstance(texts, np.ndarray) and texts.ndim == 0:
         raise EdgekitError(f"a model takes a string or a list of strings, got {got}; give str(...) or a list")
-    texts = list(texts)
-    odd = [t for t in texts if not isinstance(t, str)]
+    texts = [tuple(t) if isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(x, str) for x in t) else t
+             for t in texts]  # a text pair (text, text_pair), as a tuple or a JSON list of two strings
+    odd = [t for t in texts if not isinstance(t, (str, tuple))]
     if odd:
         decode = "; decode bytes first: .decode('utf-8')" if isinstance(odd[0], (bytes, bytearray)) else ""
         raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {short(odd[0])}{decode}")
     return texts
 
 
+def check_pairs(texts: list, meta: dict | None) -> None:
+    """Text pairs and single texts are not mixed in one call, and an exported file (its model.json: `meta`) gets
+    what it was trained on; a transformers folder (meta None) takes either."""
+    pairs = [isinstance(t, tuple) for t in texts]
+    if any(pairs) and not all(pairs):
+        raise EdgekitError(f"text {pairs.index(not pairs[0])} is {'a single text' if pairs[0] else 'a pair'} and "
+                           f"text 0 is {'a pair' if pairs[0] else 'a single text'}; give all texts as pairs "
+                           f"(text, text_pair) or all as strings")
+    if meta is not None and pairs[0] != bool(meta.get("text_pair")):
+        raise EdgekitError("this model reads text pairs; give each input as a pair (text, text_pair)" if not pairs[0]
+                           else "this model reads single texts, not pairs; give each input as one string")
+
+
 CHUNK = 64  # texts per runtime call: one call of 1,000 texts took 3.1 GB more (FP32, 384 wide, 6 layers)
 
 
 def predict(model, texts, max_length=None) -> dict:
-    """texts (a list of strings, or one string) -> {labels, probs}, the same for every format."""
+    """texts (a list of strings, or one string; for a model of text pairs, a list of (text, text_pair)) ->
+    {labels, probs}, the same for every format."""
     max_length = 0 if max_length is None else whole_number("max_length", max_length, MIN_LENGTH)
     texts = as_texts(texts)
     if not texts:
         return {"labels": [], "probs": np.zeros((0, len(model.labels)), dtype=np.float32)}
+    check_pairs(texts, getattr(model, "meta", None))
     for i, t in enumerate(texts):
         try:
-            t.encode("utf-8")
+            "".join(t).encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate, from surrogateescape decoding or JSON: tokenizers raised
             raise EdgekitError(f"text {i} is not valid Unicode ({e.reason} at character {e.start}); decode the input "
                                f"with errors='replace' or fix its encoding")

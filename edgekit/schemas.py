@@ -20,6 +20,7 @@ MODEL_JSON = {
         "tokenizer": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"},  # a file beside the model, no paths
         "pad_id": {"type": "integer", "minimum": 0},
         "quantization": {"type": ["object", "null"]},
+        "text_pair": {"type": "boolean"},  # each input is a text pair (text, text_pair)
     },
 }
 

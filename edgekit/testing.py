@@ -73,6 +73,19 @@ def make_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
     return path
 
 
+def make_pair_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
+    """Text pairs (columns premise, hypothesis, label) labelled by the hypothesis' cue alone, with a premise of
+    either cue: a model that reads the pair as one text, or ignores the second, scores about half."""
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["premise", "hypothesis", "label"])
+        for i in range(n):
+            y = i % 2
+            w.writerow([sentence(rng, rng.randint(0, 1)), sentence(rng, y), labels[y]])
+    return path
+
+
 TINY_SETTINGS = {
     "finetune": "{epochs: 4, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}",
     "distill": "{epochs: 3, lr: 3.0e-3, batch_size: 16, checkpoint_every: 5}",

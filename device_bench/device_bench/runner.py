@@ -275,16 +275,20 @@ def int8_isa(text: str = "") -> str:
     return next((name for flag, name in INT8_ISA if flag in flags), "")
 
 
-def read_labelled(path: Path, labels: list, text_column: str, label_column: str) -> tuple:
-    """(texts, label ids) from a CSV with a header; labels by name, or by index when the file uses integers."""
+def read_labelled(path: Path, labels: list, text_column: str, label_column: str, pair_column: str = "") -> tuple:
+    """(texts, label ids) from a CSV with a header; labels by name, or by index when the file uses integers. With
+    `pair_column` (a model for text pairs) each text is the pair (text, text_pair)."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV with columns "
                          f"{text_column},{label_column}")
-    if not rows or text_column not in rows[0] or label_column not in rows[0]:
-        raise BenchError(f"{path} needs a header with columns {text_column} and {label_column} and at least one row")
+    columns = [text_column] + ([pair_column] if pair_column else []) + [label_column]
+    if not rows or any(c not in rows[0] for c in columns):
+        raise BenchError(f"{path} needs a header with columns {', '.join(columns)} and at least one row"
+                         + (" (the model reads text pairs; --text-pair-column names the second text's column)"
+                            if pair_column else ""))
     index = {name: i for i, name in enumerate(labels)}
     raw = [unicodedata.normalize("NFC", r[label_column] or "").strip() for r in rows]  # as edgekit compress reads them
     if all(v in index for v in raw):
@@ -295,6 +299,8 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str)
         unknown = sorted({v for v in raw if v not in index})
         raise BenchError(f"{path} has labels the model does not know ({', '.join(unknown[:5])}); the model's labels: "
                          f"{', '.join(labels)}; give the test split of the data the model was trained on")
+    if pair_column:
+        return [(r[text_column] or "", r[pair_column] or "") for r in rows], ids
     return [r[text_column] for r in rows], ids
 
 
@@ -325,7 +331,11 @@ def bench(model: Path, meta: dict, args) -> dict:
         "batch": args.batch, "batch_mode": "one call" if meta["format"] == "onnx" else "one call per row (static batch 1)",
     }
     if args.data:
-        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column)
+        if args.text_pair_column and not meta.get("text_pair"):
+            raise BenchError(f"--text-pair-column {args.text_pair_column} given, but {model.name} reads single texts "
+                             f"(its model.json has no text_pair); leave the option out")
+        pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
+        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
         predictions, sentence_ms = [], []
         for text in texts:  # one sentence at a time, tokenization included: the path a device app takes
             t = time.perf_counter()
@@ -369,6 +379,8 @@ def parser():
     p.add_argument("--data", help="a labelled CSV: accuracy, tokenized here")
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
+    p.add_argument("--text-pair-column", default="", help="a model for text pairs: the second text's column "
+                   "(default text_pair)")
     p.add_argument("--out", default="result.json", help="where the result JSON goes (default result.json)")
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)

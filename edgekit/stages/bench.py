@@ -17,14 +17,16 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, seq_len: int = 128, threads: 
         warmup: int = 10) -> Artifact:
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = out_dir / "sentences.txt"
-    texts.write_text("\n".join(t.replace("\n", " ") for t, _ in ctx.splits.test[:runs]))
+    texts.write_text("\n".join("\t".join(s.replace("\n", " ").replace("\t", " ") for s in t) if ctx.splits.pairs
+                               else t.replace("\n", " ") for t, _ in ctx.splits.test[:runs]))  # a pair: tab between
     try:  # which CPU measured: INT8 latencies compare only between CPUs with the same INT8 instructions
         where = {f"bench_{k}": v for k, v in devices.this_cpu().items()}
     except EdgekitError:  # a wheel install without device_bench: the latency, without the CPU's name
         where = {}
     measured = {}
     for name, a in artifact.all().items():  # every target's artifact, when there are several
-        result = measure(a.path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup, texts=texts)
+        result = measure(a.path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup, texts=texts,
+                         **({"pairs": 1} if ctx.splits.pairs else {}))
         measured[name] = {"latency_ms_p50": result["fixed"]["p50"], "latency_ms_p90": result["fixed"]["p90"],
                           "latency_ms_p99": result["fixed"]["p99"], "sentence_latency_ms_p50": result["sentences"]["p50"],
                           "peak_rss_mb": result["peak_rss_mb"], "load_s": result["load_s"], "bench_seq_len": seq_len,

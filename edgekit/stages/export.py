@@ -55,7 +55,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         raise EdgekitError(problem)
     if "tflite" in formats:
         buckets = sorted(set(buckets) | {ctx.max_length})
-    model = families.named(families.load_model(artifact.path), ctx.splits.labels)
+    model = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     reference = runtime.HFModel(artifact.path)
     outputs = {}
@@ -66,7 +66,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
             shapes = f" (buckets {', '.join(map(str, buckets))})" if f == "tflite" else ""
             print(f"  {f}{shapes} for {runs_on}", file=sys.stderr, flush=True)
         outputs[f] = export_one(model, tokenizer, folder, f, runs_on, exporter, opset, sorted(set(buckets)),
-                                ctx.max_length, in_run(artifact.path, folder, out_dir.parent), rewrites)
+                                ctx.max_length, in_run(artifact.path, folder, out_dir.parent), rewrites,
+                                ctx.splits.pairs)
         check = compare(reference, runtime.load(outputs[f].path), ctx.splits.test[:check_sentences])
         outputs[f].metrics.update(check, size_mb=size_mb(outputs[f]))
         if check["label_agreement"] < min_label_agreement:
@@ -78,10 +79,14 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
 
 
 def export_one(model, tokenizer, out_dir: Path, format: str, target: str, exporter: str, opset: int, buckets: list,
-               max_length: int, source: str, rewrites: bool = True) -> Artifact:
-    """One FP32 export with its model.json sidecar and tokenizer.json beside it."""
+               max_length: int, source: str, rewrites: bool = True, pairs: bool = False) -> Artifact:
+    """One FP32 export with its model.json sidecar and tokenizer.json beside it. `pairs`: the model reads text
+    pairs (model.json `text_pair`), checked on pairs; BERT's family derives their token types in the graph from the
+    separator (families.derive_segments), so the inputs are the same two."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sample = tokenizer(["an example sentence for tracing", "and a second one"], padding=True, return_tensors="pt")
+    texts = [("an example sentence", "for tracing"), ("and a second", "one")] if pairs else \
+        ["an example sentence for tracing", "and a second one"]
+    sample = tokenizer(texts, padding=True, return_tensors="pt")
     sample = (sample["input_ids"], sample["attention_mask"])
     inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in ("input_ids", "attention_mask")]
     if exporter == "dynamo":  # it writes opset 18; its conversion down to 17 left an opset-18 Split (invalid model)
@@ -95,7 +100,7 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
         extra["graph_rewrites"] = applied + (["fixed_reshapes"] if rewrites and fixed_reshapes(path, sample) else [])
     elif format == "tflite":
         path = out_dir / "model.tflite"
-        applied = to_tflite(model, path, buckets, sample, REWRITES["tflite"] if rewrites else ())
+        applied = to_tflite(model, path, buckets, sample, REWRITES["tflite"] if rewrites else (), pairs)
         inputs = [{"name": n, "dtype": "int32", "shape": [1, "bucket"]} for n in ("args_0", "args_1")]
         extra = {"buckets": buckets, "signatures": {str(b): f"seq{b}" for b in buckets}, "graph_rewrites": applied}
     else:
@@ -109,7 +114,7 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
             "max_length": longest, "tokenizer": "tokenizer.json",
             "pad_id": tokenizer.pad_token_id, "inputs": inputs, "outputs": outputs,
-            "source": source, **extra}  # TorchScript INT8 re-traces it
+            "source": source, **extra, **({"text_pair": True} if pairs else {})}  # TorchScript INT8 re-traces source
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
@@ -164,15 +169,16 @@ def bucket_problem(buckets: list, max_length: int) -> str:
 
 
 def to_tflite(model, path: Path, buckets: list, sample: tuple | None = None,
-              rewrites: tuple = REWRITES["tflite"]) -> list:
+              rewrites: tuple = REWRITES["tflite"], pairs: bool = False) -> list:
     """One .tflite file with a signature `seqN` per bucket N (batch 1, int32 inputs); weights are shared.
-    Returns the graph rewrites applied (see `rewrite`), checked on `sample`."""
+    Returns the graph rewrites applied (see `rewrite`), checked on `sample`. `pairs`: token types are read, not
+    all 0, so they are not folded away."""
     try:
         with native.hidden_output():  # TensorFlow's and absl's banners on import
             import litert_torch
     except ImportError:
         raise EdgekitError("TFLite export needs litert-torch: pip install 'edgekit[tflite]'")
-    wrapper, applied = rewrite(fold_token_types(model), sample, rewrites, int32=True)
+    wrapper, applied = rewrite(model if pairs else fold_token_types(model), sample, rewrites, int32=True)
     converter = None
     for b in buckets:
         args = (torch.ones((1, b), dtype=torch.int32), torch.ones((1, b), dtype=torch.int32))

@@ -40,7 +40,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         vocab: bool = False, embedding_rank: int = 0, recover_epochs: float = 0.0, lr: float = 5e-5, batch_size: int = 32,
         temperature: float = 2.0, checkpoint_every: int = 100, recover_from: str = "input", transfer: str = "",
         transfer_examples: int = 10000) -> Artifact:
-    model = families.named(families.load_model(artifact.path), ctx.splits.labels)
+    model = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     if hidden_keep < 1:
         families.hidden_parts(model)  # a family it supports, before any work
@@ -62,7 +62,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         outside = unseen_share(tokenizer, kept, ctx)
     if embedding_rank:
         factorize_embedding(model, embedding_rank)
-    teacher = families.load_model(source) if recover_epochs > 0 else None
+    teacher = families.load_model(source, pairs=ctx.splits.pairs) if recover_epochs > 0 else None
     if teacher is not None and recover_from == "teacher" and \
             (t_tok := families.load_tokenizer(source)).get_vocab() != tokenizer.get_vocab():
         from edgekit.stages.distill import teacher_outputs

@@ -139,10 +139,17 @@ def filled(texts: list, encode, lengths: list) -> list:
     rng, out = random.Random(0), []
     for length in lengths:
         parts = []
-        while len(parts) < length and encode([" ".join(parts)])["input_ids"].shape[1] < length:
+        while len(parts) < length and encode([_join(parts)])["input_ids"].shape[1] < length:
             parts.append(rng.choice(texts))
-        out.append(" ".join(parts))
+        out.append(_join(parts))
     return out
+
+
+def _join(parts: list):
+    """Texts joined with spaces; text pairs joined side by side: (a1 a2 .., b1 b2 ..)."""
+    if parts and isinstance(parts[0], tuple):
+        return tuple(" ".join(p[i] for p in parts) for i in range(2))
+    return " ".join(parts)
 
 
 def spread(low: int, high: int, count: int) -> list:
@@ -247,7 +254,8 @@ def quantize_file(source: Path, target: Path, fmt: str, settings: dict, calib: l
         with native.hidden_output():  # ai-edge-quantizer's progress bars and TensorFlow's native log
             tflite_quantize(source, tmp, settings["mode"], calib, meta)
     else:
-        torchscript_quantize(source.parent / meta.get("source", ""), tmp, settings["engine"])
+        torchscript_quantize(source.parent / meta.get("source", ""), tmp, settings["engine"],
+                             meta.get("text_pair", False))
     os.replace(tmp, target)
 
 
@@ -466,7 +474,7 @@ def tflite_quantize(source: Path, target: Path, mode: str, calib: list, meta: di
 
 # --- TorchScript ------------------------------------------------------------------------------------------------
 
-def torchscript_quantize(source: Path, target: Path, engine: str) -> None:
+def torchscript_quantize(source: Path, target: Path, engine: str, pairs: bool = False) -> None:
     """Dynamic INT8 Linear layers and 8-bit embedding rows (torch.ao) of the transformers model at `source`,
     traced again for the target's engine."""
     import torch
@@ -481,7 +489,7 @@ def torchscript_quantize(source: Path, target: Path, engine: str) -> None:
         raise EdgekitError(f"this torch has no '{engine}' quantized engine (has: "
                            f"{', '.join(torch.backends.quantized.supported_engines)})")
     torch.backends.quantized.engine = engine
-    model = families.load_model(source).eval()
+    model = families.load_model(source, pairs=pairs).eval()
     spec = {torch.nn.Linear: torch.ao.quantization.default_dynamic_qconfig}
     for name, m in model.named_modules():  # word and position tables; token types are read through a
         if isinstance(m, torch.nn.Embedding) and m.num_embeddings >= 64:  # non-contiguous view the op refuses

@@ -1,0 +1,138 @@
+"""Text-pair classification (NLI, paraphrase, question-answer): data.text_pair_column through every stage, token
+types derived from the separator in torch and in every exported graph."""
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgekit import data, families, testing
+from edgekit.errors import EdgekitError, UsageError
+
+SEGMENT_FAMILIES = ("bert", "albert", "electra", "ernie")
+PAIRS = [("good movie", "bad actor here and there"), ("x", "y"), ("one two three four", "five")]
+
+
+@pytest.mark.parametrize("family", SEGMENT_FAMILIES + ("distilbert", "mpnet"))
+def test_derived_segments_are_the_tokenizers_token_types(tmp_path, family):
+    testing.make_model_dir(tmp_path, family=family)
+    tok = families.load_tokenizer(tmp_path)
+    enc = tok(PAIRS, padding=True, return_tensors="pt")
+    model = families.load_model(tmp_path)
+    with torch.no_grad():
+        typed = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                      **({"token_type_ids": enc["token_type_ids"]} if family in SEGMENT_FAMILIES else {})).logits
+        zeros = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+        derived = families.load_model(tmp_path, pairs=True)(input_ids=enc["input_ids"],
+                                                            attention_mask=enc["attention_mask"]).logits
+    assert torch.allclose(derived, typed, atol=1e-6)
+    if family in SEGMENT_FAMILIES:
+        assert (typed - zeros).abs().max() > 1e-5  # the types matter, so the match above says something
+        assert torch.equal(families.segments(enc["input_ids"], tok.sep_token_id) * enc["attention_mask"],
+                           enc["token_type_ids"])
+    else:
+        assert not families.uses_segments(model)
+
+
+def test_derived_segments_survive_save_and_load(tmp_path):
+    testing.make_model_dir(tmp_path / "m", family="bert")
+    tok = families.load_tokenizer(tmp_path / "m")
+    model = families.load_model(tmp_path / "m", pairs=True)
+    families.save_model(model, tok, tmp_path / "saved", 32)
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["edgekit_sep_id"] == tok.sep_token_id
+    enc = tok(PAIRS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        want = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                     token_type_ids=torch.zeros_like(enc["input_ids"])).logits  # the hook types them anyway
+        got = families.load_model(tmp_path / "saved")(input_ids=enc["input_ids"],
+                                                      attention_mask=enc["attention_mask"]).logits
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_pair_file_reads_as_pairs(tmp_path):
+    path = tmp_path / "p.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["premise", "hypothesis", "label", "split"])
+        w.writerows([["a cat sits", "an animal sits", "yes", s] for s in ("train", "test")] +
+                    [["a dog runs", "", "no", "train"]] + [["rain", "sun", "no", s] for s in ("train", "test")])
+    splits = data.load(str(path), text_column="premise", text_pair_column="hypothesis", split_column="split")
+    rows = splits.train + splits.validation + splits.test
+    assert splits.pairs and len(rows) == 4  # a row with an empty second text carries no example
+    assert {t for t, _ in rows} == {("a cat sits", "an animal sits"), ("rain", "sun")}
+    assert not data.load(str(path), text_column="premise", split_column="split").pairs
+    with pytest.raises(UsageError, match="text_pair_column name the same column 'premise'"):
+        data.load(str(path), text_column="premise", text_pair_column="premise")
+    with pytest.raises(UsageError, match="no column 'second'"):
+        data.load(str(path), text_column="premise", text_pair_column="second")
+    with pytest.raises(UsageError, match="one text per row"):
+        data.load("rt-polarity", text_pair_column="hypothesis")
+
+
+def test_recipe_refuses_augmenting_pairs(tmp_path):
+    from edgekit import recipe
+
+    testing.make_model_dir(tmp_path / "t")
+    testing.make_pair_csv(tmp_path / "p.csv")
+    text = testing.tiny_recipe(tmp_path / "t", tmp_path / "p.csv", stages=("distill",)).replace(
+        "data: {source: ", "data: {text_column: premise, text_pair_column: hypothesis, source: ").replace(
+        "distill: {", "distill: {augment: 2, ")
+    (tmp_path / "r.yaml").write_text(text)
+    with pytest.raises(EdgekitError, match="distill.augment works on single texts"):
+        recipe.load(str(tmp_path / "r.yaml"))
+
+
+def test_pair_recipe_end_to_end(tmp_path):
+    """finetune, distill, prune (vocabulary too), ONNX and TFLite for x86 and arm64, INT8, evaluate, bench and a
+    local device on pairs labelled by the second text alone: the exported graphs read the pair as torch does, and
+    predict / device_bench take pairs."""
+    import edgekit
+    from edgekit import pipeline, recipe, runtime
+
+    testing.make_model_dir(tmp_path / "teacher", family="bert")
+    testing.make_pair_csv(tmp_path / "pairs.csv")
+    text = testing.tiny_recipe(tmp_path / "teacher", tmp_path / "pairs.csv",
+                               stages=("finetune", "distill", "prune", "export", "quantize", "evaluate", "bench"))
+    text = text.replace("data: {source: ", "data: {text_column: premise, text_pair_column: hypothesis, source: ")
+    text = text.replace("finetune: {epochs: 4,", "finetune: {epochs: 8,").replace("prune: {", "prune: {vocab: true, ")
+    text += "targets: [x86, arm64]\ndevices:\n  here: {kind: local, runs: 3, warmup: 1, after_compress: true}\n"
+    (tmp_path / "r.yaml").write_text(text)
+    pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    final = manifest["final"]["metrics"]
+    assert final["teacher_accuracy"] >= 0.9 and final["accuracy"] >= 0.9  # chance is about 0.5 on this data
+    device = manifest["devices"]["here"]  # edgekit bench: the test pairs staged as text, text_pair, label
+    assert device["complete"] and device["metrics"]["accuracy"] == pytest.approx(final["accuracy"], abs=1e-4)
+    splits = data.load(str(tmp_path / "pairs.csv"), text_column="premise", text_pair_column="hypothesis")
+    pairs = [t for t, _ in splits.test]
+    torch_model = runtime.load(tmp_path / "run" / "03-prune" / "model")
+    want = torch_model.logits(torch_model.encode(pairs))
+    for fmt, file in (("onnx", "model.onnx"), ("tflite", "model.tflite")):
+        exported = runtime.load(tmp_path / "run" / "04-export" / fmt / file)
+        assert exported.meta["text_pair"] is True
+        got = np.concatenate([exported.logits(exported.encode([p])) for p in pairs])
+        np.testing.assert_allclose(got, want, atol=1e-4)
+    final_file = tmp_path / "run" / "05-quantize" / "x86-onnx" / "model.onnx"
+    model = edgekit.load(final_file)
+    said = model(pairs)["labels"]
+    assert sum(s == splits.labels[y] for s, (_, y) in zip(said, splits.test)) / len(pairs) == final["accuracy"]
+    with pytest.raises(EdgekitError, match="reads text pairs"):
+        model(["a single text"])
+    with pytest.raises(EdgekitError, match="all as strings"):
+        model([pairs[0], "a single text"])
+    csv_file = tmp_path / "test.csv"
+    with open(csv_file, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["premise", "hypothesis", "label"])
+        w.writerows((a, b, splits.labels[y]) for (a, b), y in splits.test)
+    out = tmp_path / "device.json"
+    done = subprocess.run([sys.executable, "-m", "device_bench", str(final_file), "--data", str(csv_file),
+                           "--text-column", "premise", "--text-pair-column", "hypothesis", "--out", str(out),
+                           "--runs", "3", "--warmup", "1"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1] / "device_bench")  # the package, as on a device
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["predictions"] == [splits.labels.index(s) for s in said]
