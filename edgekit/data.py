@@ -55,9 +55,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     (a local file's second text: NLI's hypothesis, a paraphrase, an answer) each example's text is the pair
     (text, text_pair), which the tokenizer joins as the model was trained (BERT: [CLS] a [SEP] b [SEP])."""
     skipped = None
-    if text_pair_column and source in DATASETS:
-        raise UsageError(f"data.text_pair_column is for a local file with two texts per row; {source} has one text "
-                         f"per row: leave text_pair_column out")
+    if problem := pair_problem(source, text_pair_column):
+        raise UsageError(problem)
     if source == "rt-polarity":
         rows = _rt_polarity()
     elif source == "vader-amazon":
@@ -108,11 +107,20 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source, stats)
 
 
+def pair_problem(source: str, text_pair_column: str) -> str:
+    """'' or why `text_pair_column` cannot apply to `source` (a named dataset has one text per row)."""
+    if text_pair_column and source in DATASETS:
+        return (f"data.text_pair_column is for a local file with two texts per row; {source} has one text per row: "
+                f"leave text_pair_column out")
+    return ""
+
+
 def describe(splits: Splits) -> str:
     """One line on what was read: rows, rows skipped, rows per split and per class."""
     stats, classes = splits.stats, _class_counts(splits)
     if stats.get("skipped") is not None:
-        head = f"{stats['rows']} rows read, {stats['skipped']} skipped (empty text or label)"
+        empty = "a text of the pair" if splits.pairs else "text"
+        head = f"{stats['rows']} rows read, {stats['skipped']} skipped (empty {empty} or label)"
     else:
         head = f"{splits.source}, {sum(classes.values())} rows"
     parts = []
@@ -371,7 +379,7 @@ def _check_columns(path: Path, columns: list, used: dict) -> None:
                 raise UsageError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
                                  f"as '{col}', or set data.{setting} to {near[0]!r}")
             raise UsageError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(repr, columns))}; "
-                             f"set data.text_column / data.label_column / data.split_column")
+                             f"set data.{setting} to one of them")
         where = [str(i) for i, c in enumerate(columns, 1) if c == col]
         if len(where) > 1:
             times = "twice" if len(where) == 2 else f"{len(where)} times"

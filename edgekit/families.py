@@ -32,6 +32,10 @@ FAMILIES = {
               "ffn_out": "output.dense", "bias_heads": "attention.attn"},
     "distilbert": {"layers": "distilbert.transformer.layer", "q": "attention.q_lin", "k": "attention.k_lin",
                    "v": "attention.v_lin", "o": "attention.out_lin", "ffn_in": "ffn.lin1", "ffn_out": "ffn.lin2"},
+    # DeBERTa-v2/v3: disentangled attention over relative positions; it splits heads by its own count (heads)
+    "deberta-v2": {"layers": "deberta.encoder.layer", "q": "attention.self.query_proj",
+                   "k": "attention.self.key_proj", "v": "attention.self.value_proj", "o": "attention.output.dense",
+                   "ffn_in": "intermediate.dense", "ffn_out": "output.dense", "heads": "attention.self"},
     # ALBERT shares one layer across depth: a student keeps the shared weights and runs fewer times.
     "albert": {"layers": "albert.encoder.albert_layer_groups.0.albert_layers", "shared": True,
                "q": "attention.query", "k": "attention.key", "v": "attention.value", "o": "attention.dense",
@@ -86,6 +90,11 @@ def config_problem(config) -> str:
     if config.model_type == "mpnet" and getattr(config, "relative_attention_num_buckets", 32) != 32:
         return (f"sets relative_attention_num_buckets {config.relative_attention_num_buckets}; transformers 5 "
                 f"computes MPNet's relative positions in 32 buckets: give a model with 32")
+    if config.model_type == "deberta-v2" and getattr(config, "attention_head_size", None) not in (
+            None, config.hidden_size // config.num_attention_heads):
+        return (f"sets attention_head_size {config.attention_head_size}, not hidden_size / num_attention_heads "
+                f"({config.hidden_size // config.num_attention_heads}), which edgekit's pruning assumes: give a model "
+                f"without attention_head_size")
     if getattr(config, "is_decoder", False):
         return ("sets is_decoder: true, so every token sees only those before it and the first token, the one the "
                 "classifier reads, sees only itself; set is_decoder to false")
@@ -144,21 +153,29 @@ def load_model(path, labels=None, pairs: bool = False):
     model = _load_model(path, labels)
     sep = getattr(model.config, "edgekit_sep_id", None)
     if sep is None and pairs and uses_segments(model):
-        sep = load_tokenizer(path).sep_token_id
+        sep = pair_separator(load_tokenizer(path))
     return derive_segments(model, sep) if sep is not None else model
 
 
 def uses_segments(model) -> bool:
-    """Whether `model` reads token types (BERT, ALBERT, ELECTRA, ERNIE: a pair's second text is type 1); RoBERTa's
-    family has one type, MPNet and DistilBERT none."""
+    """Whether `model` has token types to read (BERT, ALBERT, ELECTRA, ERNIE: a pair's second text is type 1);
+    RoBERTa's family has one type, MPNet, DistilBERT and DeBERTa-v3 none."""
     types = getattr(model.base_model.embeddings, "token_type_embeddings", None)
     return isinstance(types, torch.nn.Embedding) and types.num_embeddings > 1
+
+
+def pair_separator(tokenizer) -> int | None:
+    """The separator id when `tokenizer` types a pair's second text 1, as BERT's does (`segments` reads the types
+    from it); None when it types every token 0 (RoBERTa's, whatever the model's table holds)."""
+    types = tokenizer("a", "b", return_token_type_ids=True)["token_type_ids"]
+    return tokenizer.sep_token_id if 1 in types and tokenizer.sep_token_id is not None else None
 
 
 def segments(input_ids, sep_id: int):
     """Token types from ids as the tokenizer gives them for a pair `[CLS] a [SEP] b [SEP] [PAD]..`: 1 from after
     the first separator through the second, 0 elsewhere (a single text's pads read 1: masked, they change
-    nothing)."""
+    nothing). A text that holds the separator's own string ("[SEP]"), which the tokenizer reads as the separator,
+    moves the types after it: pipeline.tell_length warns of such training pairs."""
     sep = (input_ids == sep_id).long()
     return ((sep.cumsum(-1) - sep) == 1).long()
 
@@ -293,6 +310,8 @@ def apply_shapes(model, shapes: dict):
         replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, width))
         if fam.get("bias_heads"):
             keep_bias_heads(block.get_submodule(fam["bias_heads"]), list(range(heads)))  # indices load with weights
+        if fam.get("heads"):
+            count_heads(block.get_submodule(fam["heads"]), torch.arange(heads * head_dim), heads)
 
 
 def hidden_width(config) -> int:
@@ -358,6 +377,16 @@ def linear_slice(linear, index, out: bool):
     if linear.bias is not None:
         new.bias.data.copy_(linear.bias.detach()[index] if out else linear.bias.detach())
     return new
+
+
+def count_heads(attention, rows, heads: int) -> None:
+    """DeBERTa's attention after its query/key/value kept `rows` (`heads` heads): it splits by its own head count,
+    and without share_att_key projects relative positions through pos_key_proj / pos_query_proj, whose rows
+    follow the keys' and queries'."""
+    for name in ("pos_key_proj", "pos_query_proj"):
+        if isinstance(linear := getattr(attention, name, None), torch.nn.Linear):
+            setattr(attention, name, linear_slice(linear, rows, out=True))
+    attention.num_attention_heads, attention.all_head_size = heads, len(rows)
 
 
 def keep_bias_heads(attention, heads: list) -> None:
@@ -453,6 +482,8 @@ def student_config(config, overrides: dict, keep: list):
             config.edgekit_shapes = vocab
     for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
         setattr(config, "hidden_dim" if k == "intermediate_size" and hasattr(config, "hidden_dim") else k, v)
+    if "hidden_size" in overrides and hasattr(config, "pooler_hidden_size"):  # DeBERTa's pooler reads the stream
+        config.pooler_hidden_size = config.hidden_size
     if config.hidden_size % config.num_attention_heads:
         raise EdgekitError(f"student hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
                            f"{config.num_attention_heads}; choose sizes with a whole head width")

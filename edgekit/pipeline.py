@@ -625,7 +625,15 @@ def tell_length(splits, source: Artifact, max_length: int, progress: bool) -> No
     when it is a tenth or more (long reviews at 128 tokens: the model never reads most of each)."""
     if source.kind != "hf":
         return
-    encoded = data.encode(families.load_tokenizer(source.path), splits.train, max_length, progress, "tokenize train")
+    tokenizer = families.load_tokenizer(source.path)
+    encoded = data.encode(tokenizer, splits.train, max_length, progress, "tokenize train")
+    sep = tokenizer.sep_token_id
+    if splits.pairs and sep is not None:  # a pair holds the template's separators; more: a text holds "[SEP]"
+        template = tokenizer("a", "b")["input_ids"].count(sep)
+        if held := sum(ids.count(sep) > template for ids, _ in encoded):
+            print(f"edgekit: warning: {held} training pairs hold the separator's own text ({tokenizer.sep_token}), "
+                  f"which the tokenizer reads as a separator: the model sees more than two texts there; remove it "
+                  f"from the texts unless it is meant as one", file=sys.stderr, flush=True)
     cut, total = data.cut_share(encoded, max_length)
     line = f"{cut} of {total} training texts ({cut / total:.0%}) reach max_length {max_length} tokens and are cut there"
     if cut >= 0.1 * total:

@@ -213,6 +213,8 @@ def _check_together(recipe: dict) -> list:
         d = recipe["distill"]
         errors += [p for p in (distill.loss_problem(d["intermediate_epochs"], {k: d[k] for k in distill.INTERMEDIATE}),
                                distill.student_problem(d["student"], d["student_config"])) if p]
+    if problem := data.pair_problem(recipe["data"]["source"], recipe["data"].get("text_pair_column", "")):
+        errors.append(problem)
     if recipe["data"].get("text_pair_column"):  # augmented copies and transfer texts are single texts
         errors += [f"{stage}.{k} works on single texts, and data.text_pair_column makes each example a text pair; "
                    f"leave {stage}.{k} out" for stage, keys in (("distill", ("augment", "transfer")),

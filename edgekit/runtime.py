@@ -80,7 +80,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class HFModel:
     kind = "hf"
 
-    def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
+    def __init__(self, path: Path, threads: int = 0, max_length: int = 0, pairs: bool = False):
         import torch
 
         from edgekit import families
@@ -89,6 +89,9 @@ class HFModel:
             torch.set_num_threads(threads)
         self.model = families.load_model(path)
         self.tokenizer = families.load_tokenizer(path)
+        self.separator = families.pair_separator(self.tokenizer) if families.uses_segments(self.model) else None
+        if pairs and self.separator is not None:  # its logits() read pairs from the start (export's reference)
+            families.derive_segments(self.model, self.separator)
         self.labels = families.label_names(self.model.config)
         self.longest = min(512, families.max_tokens(self.model.config))  # past the position table torch fails
         declared = getattr(self.tokenizer, "model_max_length", 0) or 0  # a stage's model: the run's max_length
@@ -100,8 +103,8 @@ class HFModel:
         from edgekit import families
 
         texts = list(texts)
-        if texts and isinstance(texts[0], tuple) and self.tokenizer.sep_token_id is not None:
-            families.derive_segments(self.model, self.tokenizer.sep_token_id)  # the pair's types from its ids
+        if texts and isinstance(texts[0], tuple) and self.separator is not None:
+            families.derive_segments(self.model, self.separator)  # the pair's token types from its ids
         with self.lock:
             enc = self.tokenizer(texts, truncation=True, padding=True, return_tensors="np",
                                  max_length=min(max_length or self.max_length, self.longest))
@@ -219,13 +222,21 @@ def as_texts(texts) -> list:
                            f"the order you want the predictions")
     if not hasattr(texts, "__iter__") or isinstance(texts, np.ndarray) and texts.ndim == 0:
         raise EdgekitError(f"a model takes a string or a list of strings, got {got}; give str(...) or a list")
-    texts = [tuple(t) if isinstance(t, (tuple, list)) and len(t) == 2 and all(isinstance(x, str) for x in t) else t
-             for t in texts]  # a text pair (text, text_pair), as a tuple or a JSON list of two strings
+    texts = [as_pair(t) if isinstance(t, (tuple, list, np.ndarray)) else t for t in texts]
     odd = [t for t in texts if not isinstance(t, (str, tuple))]
     if odd:
         decode = "; decode bytes first: .decode('utf-8')" if isinstance(odd[0], (bytes, bytearray)) else ""
         raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {short(odd[0])}{decode}")
     return texts
+
+
+def as_pair(t) -> tuple:
+    """A text pair (text, text_pair) as a tuple: from a tuple, a JSON list or a row of a 2-column array of strings."""
+    items = list(t)
+    if len(items) != 2 or not all(isinstance(x, str) for x in items):
+        raise EdgekitError(f"a text pair is two strings (text, text_pair), got {type(t).__name__} {short(t)}; give "
+                           f"each pair as a tuple of two strings")
+    return tuple(str(x) for x in items)  # numpy's str_ as str
 
 
 def check_pairs(texts: list, meta: dict | None) -> None:
@@ -237,8 +248,9 @@ def check_pairs(texts: list, meta: dict | None) -> None:
                            f"text 0 is {'a pair' if pairs[0] else 'a single text'}; give all texts as pairs "
                            f"(text, text_pair) or all as strings")
     if meta is not None and pairs[0] != bool(meta.get("text_pair")):
-        raise EdgekitError("this model reads text pairs; give each input as a pair (text, text_pair)" if not pairs[0]
-                           else "this model reads single texts, not pairs; give each input as one string")
+        raise EdgekitError("this model reads text pairs; give a list of pairs: model([(text, text_pair), ...])"
+                           if not pairs[0] else "this model reads single texts, not pairs; give each input as one "
+                                                "string")
 
 
 CHUNK = 64  # texts per runtime call: one call of 1,000 texts took 3.1 GB more (FP32, 384 wide, 6 layers)

@@ -28,21 +28,29 @@ def tiny_config(family: str, layers: int = 4):
         common["embedding_size"] = 16
     if family in ("roberta", "data2vec-text", "mpnet"):
         common.update(pad_token_id=0, bos_token_id=2, eos_token_id=3)
-    if family in SENTENCEPIECE:  # fairseq's order, as in the real vocabularies: <s> <pad> </s> <unk>
+    if family in ("xlm-roberta", "camembert"):  # fairseq's order, as in the real vocabularies: <s> <pad> </s> <unk>
         common.update(pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    if family == "deberta-v2":  # as DeBERTa-v3: relative positions only, shared position keys, no token types
+        common.update(pad_token_id=0, relative_attention=True, position_buckets=16, pos_att_type=["p2c", "c2p"],
+                      share_att_key=True, max_relative_positions=-1, position_biased_input=False, type_vocab_size=0,
+                      norm_rel_ebd="layer_norm")
     return AutoConfig.for_model(family, **common)
 
 
-SENTENCEPIECE = ("xlm-roberta", "camembert")  # families whose fixture gets a SentencePiece (Unigram) tokenizer
+SENTENCEPIECE = ("xlm-roberta", "camembert", "deberta-v2")  # families whose fixture gets a SentencePiece tokenizer
 
 
 def tiny_unigram(family: str):
-    """A SentencePiece-style Unigram tokenizer of the WORDS (and letters) as XLM-R and CamemBERT ship theirs."""
-    from transformers import CamembertTokenizer, XLMRobertaTokenizer
+    """A SentencePiece-style Unigram tokenizer of the WORDS (and letters) as XLM-R, CamemBERT and DeBERTa-v3 ship
+    theirs (DeBERTa: [PAD] [CLS] [SEP] [UNK] first)."""
+    from transformers import CamembertTokenizer, DebertaV2Tokenizer, XLMRobertaTokenizer
 
-    pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [("\u2581" + w, -1.0) for w in WORDS]
-    pieces += [("\u2581", -2.0)] + [(c, -3.0) for c in "abcdefghijklmnopqrstuvwxyz"] + [("<mask>", 0.0)]
-    return (XLMRobertaTokenizer if family == "xlm-roberta" else CamembertTokenizer)(vocab=pieces)
+    special = ["[PAD]", "[CLS]", "[SEP]", "[UNK]"] if family == "deberta-v2" else ["<s>", "<pad>", "</s>", "<unk>"]
+    pieces = [(t, 0.0) for t in special] + [("\u2581" + w, -1.0) for w in WORDS]
+    pieces += [("\u2581", -2.0)] + [(c, -3.0) for c in "abcdefghijklmnopqrstuvwxyz"]
+    if family == "deberta-v2":
+        return DebertaV2Tokenizer(vocab=pieces + [("[MASK]", 0.0)], unk_id=3)
+    return (XLMRobertaTokenizer if family == "xlm-roberta" else CamembertTokenizer)(vocab=pieces + [("<mask>", 0.0)])
 
 
 def make_model_dir(path, family: str = "bert", layers: int = 4, seed: int = 0):

@@ -132,6 +132,15 @@ def test_unknown_labels_and_missing_runtime(exported, alone, tmp_path):
     assert done.returncode == 1 and "ai-edge-litert is not installed" in done.stderr
 
 
+def test_a_pair_column_for_a_single_text_model_is_refused_with_or_without_data(exported, alone):
+    out = alone / "result.json"
+    for given in ([], ["--data", str(exported["data"])]):
+        done = run_runner([str(exported["onnx"]), "--text-pair-column", "hypothesis", "--out", str(out), *given],
+                          cwd=alone)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and not out.exists()
+        assert "--text-pair-column hypothesis given, but model.onnx reads single texts" in done.stderr
+
+
 @pytest.mark.parametrize("flags, line", [
     (["--runs", "0"], "--runs 0: give a whole number >= 1"),
     (["--threads", "-1"], "--threads -1: give a whole number >= 0"),

@@ -1,4 +1,5 @@
 import importlib.util
+import json
 import re
 
 import pytest
@@ -10,7 +11,7 @@ from edgekit.errors import EdgekitError
 from edgekit.stages.prune import prune_model
 
 FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "ernie", "electra", "distilbert", "albert",
-            "mpnet"]
+            "mpnet", "deberta-v2"]
 
 
 def inputs():
@@ -123,8 +124,8 @@ def test_pruned_model_shrinks_saves_and_reloads(tmp_path, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_pruning_heads_equals_masking_them(tmp_path, family):
     """Removing a head's rows and columns computes what zeroing that head's output would compute."""
-    model = families.load_model(make_model_dir(tmp_path / "m", family, layers=2))
-    masked = families.load_model(tmp_path / "m")
+    spread(families.load_model(make_model_dir(tmp_path / "m", family, layers=2))).save_pretrained(tmp_path / "m")
+    model, masked = families.load_model(tmp_path / "m"), families.load_model(tmp_path / "m")
     prune_model(model, heads_keep=0.5, ffn_keep=1.0)
     o_name = families.FAMILIES[family]["o"]
     head_dim = 32 // 4
@@ -137,7 +138,22 @@ def test_pruning_heads_equals_masking_them(tmp_path, family):
             for h in set(range(4)) - set(survivors):
                 o_m[:, h * head_dim:(h + 1) * head_dim] = 0
     with torch.no_grad():
-        assert torch.allclose(model(**inputs()).logits, masked(**inputs()).logits, atol=1e-5)
+        out = model(**inputs()).logits
+        assert torch.allclose(out, masked(**inputs()).logits, atol=1e-4) and out.std() > 0.1  # logits that vary
+    model.save_pretrained(tmp_path / "pruned")  # its edgekit_shapes rebuild the same model
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "pruned")(**inputs()).logits, out, atol=1e-5)
+
+
+def spread(model, seed: int = 0):
+    """`model` with its weights drawn wider than transformers' init (std 0.02 left every input's logits within
+    1e-5 of each other on these tiny models: a wrong attention passed for a right one)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" not in name and "layer_norm" not in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * (0.3 if p.dim() > 1 else 0.1))
+    return model
 
 
 def test_damaged_pruned_checkpoint_is_refused(tmp_path):
@@ -215,6 +231,66 @@ def test_a_sentencepiece_model_runs_every_stage_and_its_files_read_text_as_trans
     assert tokenizer.pad_token_id == 1 and type(tokenizer).__name__ != "BertTokenizer"
     for fmt in ("onnx/model.onnx", "tflite/model.tflite"):
         file = tmp_path / "run" / "03-export" / fmt
+        ids = Tokenizer.from_file(str(file.parent / "tokenizer.json"))
+        for t in TEXTS:
+            assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
+        assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
+    assert manifest["final"]["metrics"]["accuracy"] > 0.9
+
+
+def test_deberta_without_shared_position_keys_prunes_its_position_projections(tmp_path):
+    """DeBERTa-v2 (share_att_key false) projects relative positions with pos_key_proj / pos_query_proj: pruning
+    keeps their rows of the kept heads, and the pruned model is the masked one, saved and reloaded."""
+    path = make_model_dir(tmp_path / "m", "deberta-v2", layers=2)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(config, share_att_key=False)))
+    spread(families.load_model(path)).save_pretrained(tmp_path / "unshared")  # its position projections, saved
+    model, masked = families.load_model(tmp_path / "unshared"), families.load_model(tmp_path / "unshared")
+    shapes = prune_model(model, heads_keep=0.5, ffn_keep=1.0)
+    attention = families.layers(model)[0].attention.self
+    assert attention.pos_key_proj.out_features == attention.pos_query_proj.out_features == 16
+    for block_p, block_m in zip(families.layers(model), families.layers(masked)):
+        kept = [h for h in range(4) if torch.equal(block_m.attention.self.pos_key_proj.weight[h * 8:(h + 1) * 8],
+                                                   block_p.attention.self.pos_key_proj.weight[:8]) or
+                torch.equal(block_m.attention.self.pos_key_proj.weight[h * 8:(h + 1) * 8],
+                            block_p.attention.self.pos_key_proj.weight[8:])]
+        assert len(kept) == 2
+        with torch.no_grad():
+            for h in set(range(4)) - set(kept):
+                block_m.attention.output.dense.weight[:, h * 8:(h + 1) * 8] = 0
+    with torch.no_grad():
+        expected = model(**inputs()).logits
+        assert torch.allclose(expected, masked(**inputs()).logits, atol=1e-4) and expected.std() > 0.1
+    model.config.edgekit_shapes = shapes
+    model.save_pretrained(tmp_path / "pruned")
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "pruned")(**inputs()).logits, expected, atol=1e-6)
+
+
+def test_deberta_runs_every_stage_and_its_files_read_text_as_transformers_does(tmp_path):
+    """DeBERTa-v3's layout (relative positions only, a SentencePiece vocabulary, [PAD] = 0): a narrower student
+    (its pooler follows the width), head / FFN / vocabulary pruning, ONNX and TFLite whose tokenizer.json gives
+    transformers' ids and whose logits are the pruned model's."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from edgekit import pipeline, recipe, runtime
+    from edgekit.testing import make_csv, tiny_recipe
+
+    text = tiny_recipe(make_model_dir(tmp_path / "t", "deberta-v2"), make_csv(tmp_path / "d.csv"),
+                       stages=("finetune", "distill", "prune", "export", "evaluate"))
+    text = text.replace("distill: {", "distill: {layers: [1, 3], student_config: {hidden_size: 16}, ")
+    text = text.replace("prune: {", "prune: {vocab: true, ") + "export: {format: [onnx, tflite]}\n"
+    (tmp_path / "r.yaml").write_text(text.replace("export: {check_sentences: 16}\n", ""))
+    manifest = pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    pruned = tmp_path / "run" / "03-prune" / "model"
+    model = families.load_model(pruned)
+    assert model.config.hidden_size == model.config.pooler_hidden_size == 16
+    assert model.config.edgekit_shapes["heads"] == [2, 2] and "vocab" in model.config.edgekit_shapes
+    tokenizer, reference = families.load_tokenizer(pruned), runtime.load(pruned)(TEXTS)
+    assert tokenizer.pad_token_id == 0 and tokenizer.sep_token_id == 2
+    for fmt in ("onnx/model.onnx", "tflite/model.tflite"):
+        file = tmp_path / "run" / "04-export" / fmt
         ids = Tokenizer.from_file(str(file.parent / "tokenizer.json"))
         for t in TEXTS:
             assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]

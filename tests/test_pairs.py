@@ -2,6 +2,7 @@
 types derived from the separator in torch and in every exported graph."""
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,16 @@ def test_pair_file_reads_as_pairs(tmp_path):
         data.load("rt-polarity", text_pair_column="hypothesis")
 
 
+def test_recipe_refuses_a_pair_column_on_a_named_dataset(tmp_path):
+    from edgekit import recipe
+
+    testing.make_model_dir(tmp_path / "t")
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(tmp_path / "t", "rt-polarity", stages=("evaluate",)).replace(
+        "data: {source: ", "data: {text_pair_column: hypothesis, source: "))
+    with pytest.raises(EdgekitError, match="rt-polarity has one text per row"):  # before any stage, --dry-run too
+        recipe.load(str(tmp_path / "r.yaml"))
+
+
 def test_recipe_refuses_augmenting_pairs(tmp_path):
     from edgekit import recipe
 
@@ -91,7 +102,7 @@ def test_pair_recipe_end_to_end(tmp_path):
     local device on pairs labelled by the second text alone: the exported graphs read the pair as torch does, and
     predict / device_bench take pairs."""
     import edgekit
-    from edgekit import pipeline, recipe, runtime
+    from edgekit import cli, runtime
 
     testing.make_model_dir(tmp_path / "teacher", family="bert")
     testing.make_pair_csv(tmp_path / "pairs.csv")
@@ -101,7 +112,7 @@ def test_pair_recipe_end_to_end(tmp_path):
     text = text.replace("finetune: {epochs: 4,", "finetune: {epochs: 8,").replace("prune: {", "prune: {vocab: true, ")
     text += "targets: [x86, arm64]\ndevices:\n  here: {kind: local, runs: 3, warmup: 1, after_compress: true}\n"
     (tmp_path / "r.yaml").write_text(text)
-    pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    assert cli.main(["compress", "--recipe", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     final = manifest["final"]["metrics"]
     assert final["teacher_accuracy"] >= 0.9 and final["accuracy"] >= 0.9  # chance is about 0.5 on this data
@@ -136,3 +147,57 @@ def test_pair_recipe_end_to_end(tmp_path):
                           cwd=Path(__file__).resolve().parents[1] / "device_bench")  # the package, as on a device
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["predictions"] == [splits.labels.index(s) for s in said]
+    # the fine-tuned teacher as a hub model would be (no edgekit_sep_id), exported as it is: the export's check
+    # against torch reads the pairs with their token types too
+    shutil.copytree(tmp_path / "run" / "01-finetune" / "model", tmp_path / "hub")
+    config = json.loads((tmp_path / "hub" / "config.json").read_text())
+    del config["edgekit_sep_id"]
+    (tmp_path / "hub" / "config.json").write_text(json.dumps(config))
+    text = testing.tiny_recipe(tmp_path / "hub", tmp_path / "pairs.csv", stages=("export", "evaluate"))
+    (tmp_path / "hub.yaml").write_text(text.replace(
+        "data: {source: ", "data: {text_column: premise, text_pair_column: hypothesis, source: "))
+    assert cli.main(["compress", "--recipe", str(tmp_path / "hub.yaml"), "--out", str(tmp_path / "hub-run"),
+                     "--quiet"]) == 0
+    hub_run = json.loads((tmp_path / "hub-run" / "manifest.json").read_text())
+    stages = {s["name"]: s["metrics"] for s in hub_run["stages"]}
+    assert stages["export"]["label_agreement"] == 1.0 and stages["export"]["max_abs_diff"] < 1e-4
+    assert stages["evaluate"]["teacher_accuracy"] == stages["evaluate"]["accuracy"] >= 0.9
+
+
+def test_a_tokenizer_without_pair_types_gets_no_derived_types(tmp_path):
+    """RoBERTa's family types every token 0 whatever its table holds (the tiny fixture's has 2 rows): no types
+    are derived, and the folder reads a pair as transformers does with the tokenizer's own (zero) types."""
+    from edgekit import runtime
+
+    testing.make_model_dir(tmp_path, family="xlm-roberta")
+    tok = families.load_tokenizer(tmp_path)
+    assert families.pair_separator(tok) is None and families.uses_segments(families.load_model(tmp_path))
+    model = families.load_model(tmp_path, pairs=True)
+    assert getattr(model.config, "edgekit_sep_id", None) is None
+    enc = tok(PAIRS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        want = model(**{k: enc[k] for k in ("input_ids", "attention_mask")},
+                     token_type_ids=torch.zeros_like(enc["input_ids"])).logits
+    got = runtime.HFModel(tmp_path).logits(runtime.HFModel(tmp_path).encode(PAIRS))
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_malformed_pairs_are_one_clear_error(tmp_path):
+    from edgekit import runtime
+
+    for bad in ([("a", "b", "c")], [()], [("a", None)], [("a", 3)], [(b"a", b"b")]):
+        with pytest.raises(EdgekitError, match="a text pair is two strings"):
+            runtime.as_texts(bad)
+    assert runtime.as_texts(np.array([["a", "b"], ["c", "d"]])) == [("a", "b"), ("c", "d")]  # df[[p, h]].values
+    assert all(type(x) is str for x in runtime.as_texts(np.array([["a", "b"]]))[0])
+
+
+def test_separator_text_inside_a_pair_is_warned_of(tmp_path, capsys):
+    from edgekit import pipeline
+    from edgekit.artifact import Artifact
+
+    testing.make_model_dir(tmp_path / "m")
+    splits = data.Splits([(("a [SEP] b", "c"), 0), (("good", "bad"), 1)], [], [], ["neg", "pos"], "x")
+    pipeline.tell_length(splits, Artifact(tmp_path / "m", "hf"), 32, False)
+    err = capsys.readouterr().err
+    assert "1 training pairs hold the separator's own text ([SEP])" in err

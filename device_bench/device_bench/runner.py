@@ -305,6 +305,12 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
 
 
 def bench(model: Path, meta: dict, args) -> dict:
+    if args.text_pair_column and not meta.get("text_pair"):
+        raise BenchError(f"--text-pair-column {args.text_pair_column} given, but {model.name} reads single texts "
+                         f"(its model.json has no text_pair); leave the option out")
+    if args.text_pair_column and args.text_pair_column in (args.text_column, args.label_column):
+        raise BenchError(f"--text-pair-column {args.text_pair_column} names the text or label column; give the "
+                         f"column of each row's second text")
     started = time.perf_counter()
     runner = (OnnxRunner if meta["format"] == "onnx" else TFLiteRunner)(model, meta, args.threads)
     tokenizer = Tokenizer(model.parent / meta["tokenizer"], meta)
@@ -331,9 +337,6 @@ def bench(model: Path, meta: dict, args) -> dict:
         "batch": args.batch, "batch_mode": "one call" if meta["format"] == "onnx" else "one call per row (static batch 1)",
     }
     if args.data:
-        if args.text_pair_column and not meta.get("text_pair"):
-            raise BenchError(f"--text-pair-column {args.text_pair_column} given, but {model.name} reads single texts "
-                             f"(its model.json has no text_pair); leave the option out")
         pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
         texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
         predictions, sentence_ms = [], []

@@ -72,8 +72,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     teacher = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     t_tok = families.load_tokenizer(artifact.path)
     model, s_tok, keep, init_share = build_student(teacher, t_tok, student, layers, student_config)
-    if ctx.splits.pairs:
-        families.derive_segments(model, s_tok.sep_token_id)
+    if ctx.splits.pairs and (sep := families.pair_separator(s_tok)) is not None:
+        families.derive_segments(model, sep)
     t_depth, s_depth = families.num_layers(teacher.config), families.num_layers(model.config)
     pairs = losses.layer_map(layer_map, s_depth, t_depth)
     if init_from:

@@ -57,7 +57,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
         buckets = sorted(set(buckets) | {ctx.max_length})
     model = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
-    reference = runtime.HFModel(artifact.path)
+    reference = runtime.HFModel(artifact.path, pairs=ctx.splits.pairs)  # compare() feeds it the file's ids
     outputs = {}
     for f in formats:
         folder = out_dir if len(formats) == 1 else out_dir / f
@@ -257,7 +257,7 @@ def merged(*parts) -> torch.nn.Linear:
 def bert_like(model) -> bool:
     """Layers laid out as transformers' BERT (attention.self.query ...): BERT, RoBERTa, XLM-R, CamemBERT, data2vec-text,
     ERNIE, ELECTRA."""
-    return families.FAMILIES.get(model.config.model_type, {}).get("q", "").startswith("attention.self.")
+    return families.FAMILIES.get(model.config.model_type, {}).get("q") == "attention.self.query"  # not DeBERTa's
 
 
 def first_token_tail(model):

@@ -248,6 +248,8 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
         families.replace_module(block, fam["o"], cut(block.get_submodule(fam["o"]), rows, out=False))
         if fam.get("bias_heads"):
             families.keep_bias_heads(block.get_submodule(fam["bias_heads"]), heads)
+        if fam.get("heads"):
+            families.count_heads(block.get_submodule(fam["heads"]), rows, len(heads))
         neurons = ffn_score.topk(f).indices.sort().values
         for name, out in (("ffn_in", True), ("ffn_out", False)):
             families.replace_module(block, fam[name], cut(block.get_submodule(fam[name]), neurons, out=out))
