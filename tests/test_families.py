@@ -278,7 +278,7 @@ def test_deberta_runs_every_stage_and_its_files_read_text_as_transformers_does(t
     from edgekit.testing import make_csv, tiny_recipe
 
     text = tiny_recipe(make_model_dir(tmp_path / "t", "deberta-v2"), make_csv(tmp_path / "d.csv"),
-                       stages=("finetune", "distill", "prune", "export", "evaluate"))
+                       stages=("finetune", "distill", "prune", "export", "quantize", "evaluate"))
     text = text.replace("distill: {", "distill: {layers: [1, 3], student_config: {hidden_size: 16}, ")
     text = text.replace("prune: {", "prune: {vocab: true, ") + "export: {format: [onnx, tflite]}\n"
     (tmp_path / "r.yaml").write_text(text.replace("export: {check_sentences: 16}\n", ""))
@@ -295,7 +295,33 @@ def test_deberta_runs_every_stage_and_its_files_read_text_as_transformers_does(t
         for t in TEXTS:
             assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
         assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
+        assert "deberta_attention" in json.loads((file.parent / "model.json").read_text())["graph_rewrites"]
+    for fmt in ("x86-onnx/model.onnx", "x86-tflite/model.tflite"):  # per-channel dynamic INT8 runs
+        int8 = runtime.load(tmp_path / "run" / "05-quantize" / fmt)
+        assert np.abs(int8(TEXTS)["probs"] - reference["probs"]).max() < 0.1
     assert manifest["final"]["metrics"]["accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("share, types", [(True, ["p2c", "c2p"]), (False, ["p2c", "c2p"]), (True, ["c2p"]),
+                                          (False, ["p2c"])])
+def test_deberta_export_rewrite_computes_what_transformers_does(tmp_path, share, types):
+    """deberta_attention (fused Q|K|V, position keys and queries projected once, the last layer on the first
+    token) on inputs past the position buckets' linear range (16 buckets: 8 exact distances), with padding."""
+    import copy
+
+    from edgekit.stages.export import deberta_attention
+
+    path = make_model_dir(tmp_path / "m", "deberta-v2", layers=3)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(config, share_att_key=share, pos_att_type=types)))
+    model = spread(families.load_model(path))
+    ids = torch.randint(4, 40, (2, 60), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 35:] = 0
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+        got = deberta_attention(copy.deepcopy(model))(input_ids=ids, attention_mask=mask).logits
+    assert torch.allclose(got, want, atol=1e-4) and want.std() > 0.1
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -26,8 +26,8 @@ REVISION = 10  # 2: max_length is always the last TFLite bucket (a shorter last 
 # 8: tokenizer.json truncates at max_length on its own
 # 9: a TFLite model.json names the output its signatures return (output_0, [1, labels]; was logits, ["batch", labels])
 # 10: tokenizer.json truncates on the tokenizer's side (truncation_side: left kept a text's start)
-REWRITES = {"onnx": ("first_token_last_layer", "fused_qkv", "additive_mask", "no_token_types"),
-            "tflite": ("first_token_last_layer", "fused_qkv", "additive_mask")}
+REWRITES = {"onnx": ("deberta_attention", "first_token_last_layer", "fused_qkv", "additive_mask", "no_token_types"),
+            "tflite": ("deberta_attention", "first_token_last_layer", "fused_qkv", "additive_mask")}
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", exporter: str = "torchscript",
@@ -209,7 +209,11 @@ def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"
     - `no_token_types` (BERT, ELECTRA; ONNX: the TFLite converter folds these lookups into constants itself):
       token-type row 0 folded into the position table and the token-type lookup dropped; an export never feeds
       token types, and transformers builds the all-zero ids from the positions (Shape, Gather, Expand, Where ...:
-      19 of edge-small's 109 nodes)."""
+      19 of edge-small's 109 nodes).
+    - `deberta_attention` (DeBERTa-v2/v3, whose layers the others do not touch): each layer with one Q|K|V
+      projection (the score scale in the query rows), its relative-position keys and queries projected once at
+      export instead of on every call (transformers projects all 2 x position_buckets rows of the position table
+      per layer: as many FLOPs as the rest of a 128-token layer), and the last layer on the first token's row."""
     model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul, with an additive float mask
     if sample is None:
         ids = torch.randint(5, min(100, model.config.vocab_size), (2, 8), generator=torch.Generator().manual_seed(0))
@@ -362,7 +366,67 @@ class _Embeddings(torch.nn.Module):
         return self.LayerNorm(self.word_embeddings(input_ids) + positions)
 
 
-REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv, "no_token_types": no_token_types}
+def deberta_attention(model):
+    """`model` with every layer a `_DebertaLayer` (None for other families, and for DeBERTa without relative
+    attention, which runs as BERT does)."""
+    if model.config.model_type != "deberta-v2" or not model.config.relative_attention:
+        return None
+    encoder = model.base_model.encoder
+    rel, last = encoder.get_rel_embedding(), len(encoder.layer) - 1
+    encoder.layer = torch.nn.ModuleList([_DebertaLayer(layer, rel, i == last) for i, layer in enumerate(encoder.layer)])
+    return model
+
+
+class _DebertaLayer(torch.nn.Module):
+    """A DeBERTa-v2 layer as an export computes it (see `rewrite`): the same scores, content to content, content to
+    position (c2p) and position to content (p2c), over the encoder's relative position buckets; `first_only`: the
+    first token's row alone, the one the pooler reads."""
+
+    def __init__(self, layer, rel_embeddings, first_only: bool = False):
+        super().__init__()
+        att = layer.attention.self
+        self.heads, self.types, self.span, self.first_only = (att.num_attention_heads, att.pos_att_type,
+                                                              att.pos_ebd_size, first_only)
+        head_dim = att.query_proj.out_features // self.heads
+        scale = (head_dim * (1 + ("c2p" in self.types) + ("p2c" in self.types))) ** -0.5
+        self.attention_qkv = merged((att.query_proj, scale), (att.key_proj, 1.0), (att.value_proj, 1.0))
+        rel = rel_embeddings[:2 * self.span].detach()
+        keys = att.key_proj if att.share_att_key else getattr(att, "pos_key_proj", None)
+        queries = att.query_proj if att.share_att_key else getattr(att, "pos_query_proj", None)
+        with torch.no_grad():  # [heads, head_dim, 2 span]: a query (key) times this scores every relative position
+            per_head = lambda x: x.view(-1, self.heads, head_dim).permute(1, 2, 0).contiguous()  # noqa: E731
+            if "c2p" in self.types:
+                self.register_buffer("attention_position_keys", per_head(keys(rel)))
+            if "p2c" in self.types:
+                self.register_buffer("attention_position_queries", per_head(queries(rel) * scale))
+        self.attention_output, self.intermediate, self.output = layer.attention.output, layer.intermediate, layer.output
+
+    def forward(self, hidden_states, attention_mask, query_states=None, relative_pos=None, rel_embeddings=None,
+                output_attentions=False):  # the encoder's call; its mask is [b, 1, L, L] of 0/1
+        b, n, _ = hidden_states.shape
+        q, k, v = self.attention_qkv(hidden_states).split(self.attention_qkv.out_features // 3, dim=-1)
+        first = hidden_states[:, :1] if self.first_only else hidden_states
+        q = q[:, :1] if self.first_only else q
+        m = q.shape[1]
+        q, k, v = (t.view(b, t.shape[1], self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        rel = relative_pos.view(n, n)  # bucket of i - j, computed once per call by the encoder
+        top = 2 * self.span - 1
+        if "c2p" in self.types:
+            index = torch.clamp(rel[:m] + self.span, 0, top).expand(b, self.heads, m, n)
+            scores = scores + torch.gather(torch.matmul(q, self.attention_position_keys), -1, index)
+        if "p2c" in self.types:  # key j's score for the position of i relative to j: bucket(j - i)
+            index = torch.clamp(self.span - rel.transpose(0, 1)[:m], 0, top).expand(b, self.heads, m, n)
+            by_key = torch.matmul(k, self.attention_position_queries).transpose(-1, -2)  # [b, heads, 2 span, L]
+            scores = scores + torch.gather(by_key, -2, index)
+        scores = scores.masked_fill(~attention_mask[:, :, :m].bool(), torch.finfo(scores.dtype).min)
+        context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, m, -1)
+        attended = self.attention_output(context, first)
+        return self.output(self.intermediate(attended), attended), None
+
+
+REWRITE = {"first_token_last_layer": first_token_tail, "fused_qkv": fuse_qkv, "no_token_types": no_token_types,
+           "deberta_attention": deberta_attention}
 
 
 def fold_token_types(model):

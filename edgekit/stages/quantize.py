@@ -346,13 +346,26 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
         with through_temp(target, target.with_name(target.name + ".q.tmp")) as tmp:
             if prep:
                 preprocess(source, prepared)
-            quantize_dynamic(str(prepared if prep else source), str(tmp), per_channel=per_channel,
+            graph = prepared if prep else source
+            quantize_dynamic(str(graph), str(tmp), per_channel=per_channel,
                              reduce_range=reduce_range,
                              weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
-                             nodes_to_exclude=list(exclude), nodes_to_quantize=only,
+                             nodes_to_exclude=list(exclude) + batched_weights(graph), nodes_to_quantize=only,
                              extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
     finally:
         prepared.unlink(missing_ok=True)
+
+
+def batched_weights(path: Path) -> list:
+    """MatMul nodes whose constant operand has more than 2 dimensions (DeBERTa's per-head position keys and
+    queries: export.deberta_attention). ONNX Runtime's INT8 MatMuls take a 2-D weight (per-channel dynamic INT8
+    of one failed at run time: 'b zero point is not valid'), so they stay float, as the activation x activation
+    MatMuls they replace were."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    rank = {t.name: len(t.dims) for t in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul" and rank.get(n.input[1], 2) > 2]
 
 
 def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude=(), only=None) -> None:
@@ -386,7 +399,8 @@ def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude
     tmp = target.with_name(target.name + ".q.tmp")
     quantize_static(str(source), str(tmp), Reader(), quant_format=QuantFormat.QDQ, activation_type=activation,
                     weight_type=QuantType.QInt8, per_channel=settings["per_channel"],
-                    reduce_range=settings["reduce_range"], calibrate_method=method, nodes_to_exclude=list(exclude),
+                    reduce_range=settings["reduce_range"], calibrate_method=method,
+                    nodes_to_exclude=list(exclude) + batched_weights(source),
                     nodes_to_quantize=only, op_types_to_quantize=["MatMul", "Gather"],
                     extra_options={"ActivationSymmetric": False, "WeightSymmetric": True, "DefaultTensorType": 1,
                                    "MatMulConstBOnly": True})
