@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from edgekit import cli, devices, families, latency, native, testing
-from edgekit.artifact import write_json
+from edgekit.artifact import write_json, write_text
 from edgekit.stages import export, quantize
 
 import roofline  # bench/roofline.py: the timing session and p50
@@ -141,10 +141,8 @@ def main(argv=None):
     result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
               "runs_per_round": args.timed, "vocab": args.vocab, "rows": rows, "json": str(args.out)}
     write_json(args.out, result)
-    text, md = markdown(result), args.out.with_suffix(".md")
-    tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(md)
+    text = markdown(result)
+    write_text(args.out.with_suffix(".md"), text)
     print(text)
 
 

@@ -213,9 +213,6 @@ def test_a_sentencepiece_model_runs_every_stage_and_its_files_read_text_as_trans
     """XLM-R and CamemBERT: RoBERTa's code with a SentencePiece (Unigram) vocabulary and <pad> = 1. Vocabulary and
     width pruning, then ONNX and TFLite files whose tokenizer.json (read with the tokenizers library alone, as a
     device reads it) gives the ids transformers gives, and whose logits are the pruned model's."""
-    import numpy as np
-    from tokenizers import Tokenizer
-
     from edgekit import pipeline, recipe, runtime
     from edgekit.testing import make_csv, tiny_recipe
 
@@ -229,13 +226,25 @@ def test_a_sentencepiece_model_runs_every_stage_and_its_files_read_text_as_trans
     assert shapes["hidden"] == 24 and shapes["vocab"] < len(families.load_tokenizer(make_model_dir(tmp_path / "t", family)))
     tokenizer, reference = families.load_tokenizer(pruned), runtime.load(pruned)(TEXTS)
     assert tokenizer.pad_token_id == 1 and type(tokenizer).__name__ != "BertTokenizer"
-    for fmt in ("onnx/model.onnx", "tflite/model.tflite"):
-        file = tmp_path / "run" / "03-export" / fmt
+    read_as_transformers(tmp_path / "run" / "03-export", tokenizer, reference)
+    assert manifest["final"]["metrics"]["accuracy"] > 0.9
+
+
+def read_as_transformers(export, tokenizer, reference: dict) -> list:
+    """The ONNX and TFLite files of an export stage: their tokenizer.json, read with the tokenizers library alone
+    (as a device reads it), gives transformers' ids on TEXTS, and their probabilities are `reference`'s."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from edgekit import runtime
+
+    files = [export / "onnx" / "model.onnx", export / "tflite" / "model.tflite"]
+    for file in files:
         ids = Tokenizer.from_file(str(file.parent / "tokenizer.json"))
         for t in TEXTS:
             assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
         assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
-    assert manifest["final"]["metrics"]["accuracy"] > 0.9
+    return files
 
 
 def test_deberta_without_shared_position_keys_prunes_its_position_projections(tmp_path):
@@ -272,7 +281,6 @@ def test_deberta_runs_every_stage_and_its_files_read_text_as_transformers_does(t
     (its pooler follows the width), head / FFN / vocabulary pruning, ONNX and TFLite whose tokenizer.json gives
     transformers' ids and whose logits are the pruned model's."""
     import numpy as np
-    from tokenizers import Tokenizer
 
     from edgekit import pipeline, recipe, runtime
     from edgekit.testing import make_csv, tiny_recipe
@@ -289,12 +297,7 @@ def test_deberta_runs_every_stage_and_its_files_read_text_as_transformers_does(t
     assert model.config.edgekit_shapes["heads"] == [2, 2] and "vocab" in model.config.edgekit_shapes
     tokenizer, reference = families.load_tokenizer(pruned), runtime.load(pruned)(TEXTS)
     assert tokenizer.pad_token_id == 0 and tokenizer.sep_token_id == 2
-    for fmt in ("onnx/model.onnx", "tflite/model.tflite"):
-        file = tmp_path / "run" / "04-export" / fmt
-        ids = Tokenizer.from_file(str(file.parent / "tokenizer.json"))
-        for t in TEXTS:
-            assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
-        assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
+    for file in read_as_transformers(tmp_path / "run" / "04-export", tokenizer, reference):
         assert "deberta_attention" in json.loads((file.parent / "model.json").read_text())["graph_rewrites"]
     for fmt in ("x86-onnx/model.onnx", "x86-tflite/model.tflite"):  # per-channel dynamic INT8 runs
         int8 = runtime.load(tmp_path / "run" / "05-quantize" / fmt)
