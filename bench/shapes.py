@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edgekit import cli, data, devices, runtime
-from edgekit.artifact import write_json
+from edgekit.artifact import write_json, write_text
 from edgekit.errors import EdgekitError
 from edgekit.stages.evaluate import accuracy
 
@@ -78,10 +78,8 @@ def main(argv=None):
     result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
               "runs_per_round": args.timed, "rows": rows, "json": str(args.out)}
     write_json(args.out, result)
-    text, md = markdown(result), args.out.with_suffix(".md")
-    tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(md)
+    text = markdown(result)
+    write_text(args.out.with_suffix(".md"), text)
     print(text)
 
 

@@ -213,7 +213,9 @@ def rewrite(model, sample: tuple | None = None, names: tuple = REWRITES["tflite"
     - `deberta_attention` (DeBERTa-v2/v3, whose layers the others do not touch): each layer with one Q|K|V
       projection (the score scale in the query rows), its relative-position keys and queries projected once at
       export instead of on every call (transformers projects all 2 x position_buckets rows of the position table
-      per layer: as many FLOPs as the rest of a 128-token layer), and the last layer on the first token's row."""
+      per layer), and the last layer on the first token's row. bench/deberta_export.py, 128 tokens: TFLite
+      dynamic INT8 0.77x / 0.55x the time (v3-xsmall / -small shapes) for 4.5 / 4.1 MB of stored tables; ONNX
+      INT8 about the same time and size (ONNX Runtime's pre-processing folds those projections itself)."""
     model.config._attn_implementation = "eager"  # explicit matmul-softmax-matmul, with an additive float mask
     if sample is None:
         ids = torch.randint(5, min(100, model.config.vocab_size), (2, 8), generator=torch.Generator().manual_seed(0))
