@@ -350,20 +350,23 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
             quantize_dynamic(str(graph), str(tmp), per_channel=per_channel,
                              reduce_range=reduce_range,
                              weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
-                             nodes_to_exclude=list(exclude) + batched_weights(graph), nodes_to_quantize=only,
+                             nodes_to_exclude=list(exclude) + ([] if only else batched_weights(graph)),
+                             nodes_to_quantize=only,
                              extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
     finally:
         prepared.unlink(missing_ok=True)
 
 
-def batched_weights(path: Path) -> list:
+def batched_weights(graph) -> list:
     """MatMul nodes whose constant operand has more than 2 dimensions (DeBERTa's per-head position keys and
     queries: export.deberta_attention). ONNX Runtime's INT8 MatMuls take a 2-D weight (per-channel dynamic INT8
     of one failed at run time: 'b zero point is not valid'), so they stay float, as the activation x activation
-    MatMuls they replace were."""
+    MatMuls they replace were. `graph`: an ONNX GraphProto, or the file to read it from (0.8 s for a 70 MB one;
+    a call quantizing `only` some nodes skips it: keep_sensitive_in_float never names these)."""
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    if not hasattr(graph, "node"):
+        graph = onnx.load(str(graph), load_external_data=False).graph
     rank = {t.name: len(t.dims) for t in graph.initializer}
     return [n.name for n in graph.node if n.op_type == "MatMul" and rank.get(n.input[1], 2) > 2]
 
@@ -400,7 +403,7 @@ def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude
     quantize_static(str(source), str(tmp), Reader(), quant_format=QuantFormat.QDQ, activation_type=activation,
                     weight_type=QuantType.QInt8, per_channel=settings["per_channel"],
                     reduce_range=settings["reduce_range"], calibrate_method=method,
-                    nodes_to_exclude=list(exclude) + batched_weights(source),
+                    nodes_to_exclude=list(exclude) + ([] if only else batched_weights(source)),
                     nodes_to_quantize=only, op_types_to_quantize=["MatMul", "Gather"],
                     extra_options={"ActivationSymmetric": False, "WeightSymmetric": True, "DefaultTensorType": 1,
                                    "MatMulConstBOnly": True})
@@ -421,8 +424,9 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
     probe = target.with_name("probe.onnx")
     prepare(source, prepared, settings)  # the graph quantize_file quantizes: node names match
     graph = onnx.load(str(prepared)).graph
-    weights = {i.name for i in graph.initializer}
-    nodes = [n.name for n in graph.node if n.op_type in QUANTIZABLE and n.name and weights & set(n.input)]
+    weights, batched = {i.name for i in graph.initializer}, set(batched_weights(graph))  # those stay float anyway
+    nodes = [n.name for n in graph.node if n.op_type in QUANTIZABLE and n.name and weights & set(n.input)
+             and n.name not in batched]
     sample = [t for t, _ in (ctx.splits.validation[:64])]
     reference = runtime.load(source)
     batch = reference.encode(sample)
