@@ -1,9 +1,9 @@
 """The model-selection table people build by hand: for any mix of assets, local folders and configs, params,
 size FP32 and INT8 (ONNX), latency p50 at batch 1 and batch 32, memory after loading, and accuracy when a
 task model and data are given. `--families` adds BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base-shaped models
-with random weights: latency, memory and size are real, accuracy is left empty (`xlm-roberta-base` and
-`deberta-v3-base` are more such shapes, measured when named: XLM-R's 1.1 GB FP32 export alone about doubles the time
-`--families` takes).
+with random weights: latency, memory and size are real, accuracy is left empty (`xlm-roberta-base`,
+`deberta-v3-base` and `modernbert-base` are more such shapes, measured when named: XLM-R's 1.1 GB FP32 export
+alone about doubles the time `--families` takes).
 """
 import csv
 import io
@@ -31,6 +31,7 @@ FAMILY_CONFIGS = {
                                        "pos_att_type": ["p2c", "c2p"], "layer_norm_eps": 1e-7, "pad_token_id": 0,
                                        "max_relative_positions": -1, "position_biased_input": False,
                                        "type_vocab_size": 0}),
+    "modernbert-base": ("modernbert", {"classifier_pooling": "mean"}),  # transformers' defaults are its shape
     "albert-base": ("albert", {"vocab_size": 30000, "embedding_size": 128, "hidden_size": 768,
                                "num_attention_heads": 12, "intermediate_size": 3072}),
     "distilbert-base": ("distilbert", {}),

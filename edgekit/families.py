@@ -11,7 +11,8 @@ import torch
 
 from edgekit.errors import EdgekitError
 
-# model_type -> layer list path, and per-layer module paths: q, k, v, attention output, FFN in, FFN out.
+# model_type -> layer list path, and per-layer module paths: q, k, v (or one fused qkv), attention output, FFN in,
+# FFN out.
 def _bert_like(prefix: str) -> dict:
     return {"layers": f"{prefix}.encoder.layer", "q": "attention.self.query", "k": "attention.self.key",
             "v": "attention.self.value", "o": "attention.output.dense", "ffn_in": "intermediate.dense",
@@ -40,7 +41,33 @@ FAMILIES = {
     "albert": {"layers": "albert.encoder.albert_layer_groups.0.albert_layers", "shared": True,
                "q": "attention.query", "k": "attention.key", "v": "attention.value", "o": "attention.dense",
                "ffn_in": "ffn", "ffn_out": "ffn_output"},
+    # ModernBERT: one fused Q|K|V (all queries, then keys, then values), a gated FFN (Wi: the input half, then the
+    # gate half), rotary positions, sliding-window attention in some layers, no token types
+    "modernbert": {"layers": "model.layers", "qkv": "attn.Wqkv", "o": "attn.Wo", "ffn_in": "mlp.Wi",
+                   "ffn_out": "mlp.Wo", "glu": True},
 }
+
+
+def qkv_names(fam: dict) -> tuple:
+    """The family's query / key / value projections: three, or one fused."""
+    return ("qkv",) if "qkv" in fam else ("q", "k", "v")
+
+
+def head_rows(name: str, linear, rows):
+    """The output rows of projection `name` that hold a layer's head rows `rows`: a fused Q|K|V holds them once in
+    each of its three blocks."""
+    if name != "qkv":
+        return rows
+    block = linear.out_features // 3
+    return torch.cat([rows + i * block for i in range(3)])
+
+
+def ffn_rows(fam: dict, linear, neurons):
+    """The output rows of the FFN input projection that feed FFN neurons `neurons`: a gated FFN (GLU) has an input
+    row and a gate row for each."""
+    if not fam.get("glu"):
+        return neurons
+    return torch.cat([neurons, neurons + linear.out_features // 2])
 
 
 @contextlib.contextmanager
@@ -301,13 +328,16 @@ def apply_shapes(model, shapes: dict):
     if len(shapes["heads"]) != len(blocks) or len(shapes["ffn"]) != len(blocks):
         raise EdgekitError(f"edgekit_shapes lists {len(shapes['heads'])} layers, the model has {len(blocks)}; "
                            f"the checkpoint is damaged, re-run the prune stage")
+    def linear(name, inputs, outputs):  # with a bias where the family's has one (ModernBERT's have none)
+        return torch.nn.Linear(inputs, outputs, bias=block.get_submodule(fam[name]).bias is not None)
+
     for i, block in enumerate(blocks):
         heads, ffn = shapes["heads"][i], shapes["ffn"][i]
-        for name in ("q", "k", "v"):
-            replace_module(block, fam[name], torch.nn.Linear(width, heads * head_dim))
-        replace_module(block, fam["o"], torch.nn.Linear(heads * head_dim, width))
-        replace_module(block, fam["ffn_in"], torch.nn.Linear(width, ffn))
-        replace_module(block, fam["ffn_out"], torch.nn.Linear(ffn, width))
+        for name in qkv_names(fam):
+            replace_module(block, fam[name], linear(name, width, heads * head_dim * (3 if name == "qkv" else 1)))
+        replace_module(block, fam["o"], linear("o", heads * head_dim, width))
+        replace_module(block, fam["ffn_in"], linear("ffn_in", width, ffn * (2 if fam.get("glu") else 1)))
+        replace_module(block, fam["ffn_out"], linear("ffn_out", ffn, width))
         if fam.get("bias_heads"):
             keep_bias_heads(block.get_submodule(fam["bias_heads"]), list(range(heads)))  # indices load with weights
         if fam.get("heads"):
@@ -444,6 +474,8 @@ def student_from_teacher(teacher, keep: list):
     fam = family(teacher.config)
     student = copy.deepcopy(teacher)
     student.config.num_hidden_layers = len(keep)
+    if teacher.config.model_type == "modernbert":  # each layer keeps its attention kind (full or sliding window)
+        student.config.layer_types = [teacher.config.layer_types[i] for i in keep]
     shapes = getattr(student.config, "edgekit_shapes", None)
     if shapes and "heads" in shapes and not fam.get("shared"):  # a pruned teacher: the kept layers' own shapes
         student.config.edgekit_shapes = dict(shapes, heads=[shapes["heads"][i] for i in keep],
@@ -457,7 +489,21 @@ def student_from_teacher(teacher, keep: list):
             for m in block.modules():
                 if hasattr(m, "layer_idx"):
                     m.layer_idx = j
+        if teacher.config.model_type == "modernbert":
+            first_layer_norms(student)
     return student
+
+
+def first_layer_norms(model) -> None:
+    """ModernBERT's first layer reads the embeddings' normalized output without a norm of its own, every other
+    layer through one (attn_norm), by position: a student whose first layer is a later teacher layer drops that
+    norm, one whose later layer is teacher layer 0 gets a new one, so that the model reloads as it trains."""
+    for j, block in enumerate(layers(model)):
+        if j == 0 and not isinstance(block.attn_norm, torch.nn.Identity):
+            block.attn_norm = torch.nn.Identity()
+        elif j > 0 and isinstance(block.attn_norm, torch.nn.Identity):
+            block.attn_norm = torch.nn.LayerNorm(model.config.hidden_size, eps=model.config.norm_eps,
+                                                 bias=model.config.norm_bias)
 
 
 STUDENT_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads")
@@ -482,6 +528,8 @@ def student_config(config, overrides: dict, keep: list):
             config.edgekit_shapes = vocab
     for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
         setattr(config, "hidden_dim" if k == "intermediate_size" and hasattr(config, "hidden_dim") else k, v)
+    if config.model_type == "modernbert":  # each layer keeps its attention kind (full or sliding window)
+        config.layer_types = [config.layer_types[i] for i in keep]
     if "hidden_size" in overrides and hasattr(config, "pooler_hidden_size"):  # DeBERTa's pooler reads the stream
         config.pooler_hidden_size = config.hidden_size
     if config.hidden_size % config.num_attention_heads:
@@ -513,6 +561,17 @@ def student_from_config(teacher, overrides: dict, keep: list) -> tuple:
         t = source.get(tname)
         count += w.numel()
         if t is not None and t.dim() == w.dim() and all(a <= b for a, b in zip(w.shape, t.shape)):
-            w.copy_(t[tuple(slice(0, n) for n in w.shape)])
+            parts = row_blocks(fam, name)  # a fused Q|K|V or gated FFN: the leading rows of each block
+            lead = tuple(slice(0, n) for n in (w.shape[0] // parts, *w.shape[1:]))
+            w.copy_(torch.cat([block[lead] for block in t.chunk(parts)]))
             taken += w.numel()
     return student.eval(), taken / max(1, count)
+
+
+def row_blocks(fam: dict, name: str) -> int:
+    """How many blocks of rows the weight or bias `name` stacks: 3 in a fused Q|K|V, 2 in a gated FFN's input
+    projection, else 1."""
+    module = name.rsplit(".", 1)[0]
+    if "qkv" in fam and module.endswith("." + fam["qkv"]):
+        return 3
+    return 2 if fam.get("glu") and module.endswith("." + fam["ffn_in"]) else 1

@@ -16,7 +16,7 @@ from edgekit.gate import load_manifest
 
 PARTS = ("embeddings", "attention", "ffn", "other")
 ATTENTION = ("attention", "query", "key", "value", "q_lin", "k_lin", "v_lin", "out_lin", "attn")
-FFN = ("intermediate", "ffn", "output/dense", "output.dense")
+FFN = ("intermediate", "ffn", "mlp", "output/dense", "output.dense")
 
 
 def part_of(name: str) -> str:

@@ -34,7 +34,34 @@ def tiny_config(family: str, layers: int = 4):
         common.update(pad_token_id=0, relative_attention=True, position_buckets=16, pos_att_type=["p2c", "c2p"],
                       share_att_key=True, max_relative_positions=-1, position_biased_input=False, type_vocab_size=0,
                       norm_rel_ebd="layer_norm")
+    if family == "modernbert":  # a byte-level BPE vocabulary, special tokens last; every other layer local (8 tokens)
+        ids = tiny_bpe().get_vocab()
+        common.update(vocab_size=len(ids), pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"],
+                      bos_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"], eos_token_id=ids["[SEP]"],
+                      local_attention=8, global_attn_every_n_layers=2, classifier_pooling="mean")
     return AutoConfig.for_model(family, **common)
+
+
+def tiny_bpe():
+    """A byte-level BPE tokenizer of the WORDS as ModernBERT ships its own: a PreTrainedTokenizerFast from a
+    tokenizer.json, [CLS] text [SEP] (pairs [CLS] a [SEP] b [SEP]), special tokens after the pieces, no token types."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tokenizer.train_from_iterator([" " + " ".join(WORDS)] * 4, trainer)  # each word after a space: "Ġgood"
+    special = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+    tokenizer.add_special_tokens(special)
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    names = dict(zip(("unk_token", "cls_token", "sep_token", "pad_token", "mask_token"), special))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_input_names=["input_ids", "attention_mask"],
+                                   **names)
 
 
 SENTENCEPIECE = ("xlm-roberta", "camembert", "deberta-v2")  # families whose fixture gets a SentencePiece tokenizer
@@ -59,7 +86,9 @@ def make_model_dir(path, family: str = "bert", layers: int = 4, seed: int = 0):
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(tiny_config(family, layers)).eval()
     model.save_pretrained(path)
-    (tiny_unigram(family) if family in SENTENCEPIECE else BertTokenizer(vocab=tiny_vocab())).save_pretrained(path)
+    tokenizer = tiny_unigram(family) if family in SENTENCEPIECE else tiny_bpe() if family == "modernbert" else \
+        BertTokenizer(vocab=tiny_vocab())
+    tokenizer.save_pretrained(path)
     return path
 
 

@@ -11,7 +11,7 @@ from edgekit.errors import EdgekitError
 from edgekit.stages.prune import prune_model
 
 FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "ernie", "electra", "distilbert", "albert",
-            "mpnet", "deberta-v2"]
+            "mpnet", "deberta-v2", "modernbert"]
 
 
 def inputs():
@@ -35,7 +35,7 @@ def test_student_keeps_the_listed_teacher_layers(tmp_path, family):
         assert all(torch.equal(layer_s[k], layer_t[k]) for k in layer_t)
 
 
-@pytest.mark.parametrize("family,rank", [("bert", 0), ("albert", 0), ("mpnet", 8)])
+@pytest.mark.parametrize("family,rank", [("bert", 0), ("albert", 0), ("mpnet", 8), ("modernbert", 0)])
 def test_a_student_config_student_of_a_vocabulary_pruned_teacher_keeps_its_word_rows(tmp_path, family, rank):
     """Was: the student had a full-size table at random (the teacher's rows sit behind its id remap)."""
     from edgekit.stages.prune import factorize_embedding, keep_vocab
@@ -69,6 +69,23 @@ def test_a_student_of_a_pruned_teacher_saves_and_reloads_with_its_own_shapes(tmp
     assert not getattr(smaller.config, "edgekit_shapes", None)  # built whole at its own sizes
     smaller.save_pretrained(tmp_path / "smaller")
     assert families.load_model(tmp_path / "smaller").config.num_hidden_layers == 2
+
+
+def test_a_narrower_modernbert_student_takes_the_leading_rows_of_each_block_of_its_fused_projections(tmp_path):
+    """ModernBERT's Wqkv stacks queries, keys and values, its Wi an input and a gate half: weight selection takes
+    the leading rows of each block (the leading rows of the whole matrix were all queries); each layer keeps its
+    attention kind, and the student reloads as built."""
+    teacher = families.load_model(make_model_dir(tmp_path / "m", "modernbert"))
+    student, _ = families.student_from_config(teacher, {"hidden_size": 16, "num_attention_heads": 2,
+                                                        "intermediate_size": 24}, [0, 3])
+    t, s = families.layers(teacher)[3], families.layers(student)[1]
+    assert torch.equal(s.attn.Wqkv.weight, torch.cat([w[:16, :16] for w in t.attn.Wqkv.weight.chunk(3)]))
+    assert torch.equal(s.mlp.Wi.weight, torch.cat([w[:24, :16] for w in t.mlp.Wi.weight.chunk(2)]))
+    assert student.config.layer_types == ["full_attention", "sliding_attention"]
+    student.save_pretrained(tmp_path / "student")
+    with torch.no_grad():
+        assert torch.allclose(families.load_model(tmp_path / "student")(**inputs()).logits,
+                              student(**inputs()).logits, atol=1e-6)
 
 
 def test_a_distilbert_student_config_sets_its_ffn_width(tmp_path):
@@ -151,7 +168,7 @@ def spread(model, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" not in name and "layer_norm" not in name:
+            if "norm" not in name.lower():  # LayerNorm, layer_norm, ModernBERT's attn_norm ... keep their init
                 p.copy_(torch.randn(p.shape, generator=generator) * (0.3 if p.dim() > 1 else 0.1))
     return model
 
@@ -245,6 +262,67 @@ def read_as_transformers(export, tokenizer, reference: dict) -> list:
             assert ids.encode(t).ids == tokenizer(t, truncation=True, max_length=32)["input_ids"]
         assert np.abs(runtime.load(file)(TEXTS)["probs"] - reference["probs"]).max() < 1e-4
     return files
+
+
+def test_modernbert_runs_every_stage_and_its_files_compute_what_transformers_does(tmp_path):
+    """ModernBERT (a fused Q|K|V, a gated FFN, rotary positions, every other layer attending within 8 tokens, mean
+    pooling, a byte-level BPE vocabulary): a student of teacher layers 1 and 2 (its first layer drops its own norm,
+    as the model reloads), head / FFN / vocabulary pruning, then ONNX, TFLite and TorchScript files that read text
+    as transformers does and give the pruned model's probabilities on texts longer than the window, and INT8."""
+    import numpy as np
+
+    from edgekit import pipeline, recipe, runtime
+    from edgekit.testing import make_csv, tiny_recipe
+
+    text = tiny_recipe(make_model_dir(tmp_path / "t", "modernbert"), make_csv(tmp_path / "d.csv"),
+                       stages=("finetune", "distill", "prune", "export", "quantize", "evaluate"))
+    text = text.replace("distill: {", "distill: {layers: [1, 2], ").replace("prune: {", "prune: {vocab: true, ")
+    (tmp_path / "r.yaml").write_text(text.replace("export: {check_sentences: 16}\n", "")
+                                     + "export: {format: [onnx, tflite, torchscript]}\n")
+    manifest = pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    student = families.load_model(tmp_path / "run" / "02-distill" / "model")
+    assert student.config.layer_types == ["sliding_attention", "full_attention"]
+    assert isinstance(families.layers(student)[0].attn_norm, torch.nn.Identity)
+    pruned = tmp_path / "run" / "03-prune" / "model"
+    model, tokenizer = families.load_model(pruned), families.load_tokenizer(pruned)
+    shapes = model.config.edgekit_shapes
+    assert shapes["heads"] == [2, 2] and shapes["ffn"] == [32, 32] and shapes["vocab"] < len(tokenizer)
+    first = families.layers(model)[0]
+    assert first.attn.Wqkv.out_features == 3 * 2 * 8 and first.mlp.Wi.out_features == 2 * 32
+    assert "Bert" not in type(tokenizer).__name__ and "token_type_ids" not in tokenizer("a b")
+    reference = runtime.load(pruned)(TEXTS)
+    read_as_transformers(tmp_path / "run" / "04-export", tokenizer, reference)
+    enc = tokenizer(TEXTS, truncation=True, max_length=32, padding=True, return_tensors="pt")
+    assert enc["attention_mask"].sum(1).max() > 16  # past the window (8 tokens) and the traced sample
+    traced = torch.jit.load(str(tmp_path / "run" / "04-export" / "torchscript" / "model.pt"))
+    with torch.no_grad():
+        want = model(**enc).logits
+        assert torch.allclose(traced(enc["input_ids"], enc["attention_mask"]), want, atol=1e-4)
+        assert want.std() > 0.1
+    for fmt in ("x86-onnx/model.onnx", "x86-tflite/model.tflite"):
+        int8 = runtime.load(tmp_path / "run" / "05-quantize" / fmt)
+        assert np.abs(int8(TEXTS)["probs"] - reference["probs"]).max() < 0.1
+    assert manifest["final"]["metrics"]["accuracy"] > 0.9
+
+
+def test_a_cls_pooled_modernbert_exports_with_its_sliding_window_on_long_inputs(tmp_path):
+    """With first-token pooling and a window wider than the rewrite check's 8 tokens (as ModernBERT's 128 is), an
+    additive mask in place of the 0/1 mask passed the check and dropped the window: longer inputs attended to every
+    token. ModernBERT is not given it."""
+    from edgekit.stages.export import rewrite
+
+    path = make_model_dir(tmp_path / "m", "modernbert")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(config, classifier_pooling="cls", local_attention=16)))
+    model = spread(families.load_model(path))
+    wrapper, applied = rewrite(model)
+    assert "additive_mask" not in applied
+    ids = torch.randint(5, 250, (2, 30), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 20:] = 0
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+        assert torch.allclose(wrapper(ids, mask), want, atol=1e-4) and want.std() > 0.1
 
 
 def test_deberta_without_shared_position_keys_prunes_its_position_projections(tmp_path):

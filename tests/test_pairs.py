@@ -18,7 +18,7 @@ SEGMENT_FAMILIES = ("bert", "albert", "electra", "ernie")
 PAIRS = [("good movie", "bad actor here and there"), ("x", "y"), ("one two three four", "five")]
 
 
-@pytest.mark.parametrize("family", SEGMENT_FAMILIES + ("distilbert", "mpnet"))
+@pytest.mark.parametrize("family", SEGMENT_FAMILIES + ("distilbert", "mpnet", "modernbert"))
 def test_derived_segments_are_the_tokenizers_token_types(tmp_path, family):
     testing.make_model_dir(tmp_path, family=family)
     tok = families.load_tokenizer(tmp_path)

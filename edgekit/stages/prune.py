@@ -193,12 +193,14 @@ def magnitude_importance(model, hidden: bool = False) -> dict:
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     heads, neurons = [], []
     for block in families.layers(model):
-        q, k, v, o = (block.get_submodule(fam[n]) for n in ("q", "k", "v", "o"))
-        n_heads = q.out_features // head_dim
-        score = sum(lin.weight.detach().view(n_heads, head_dim, -1).pow(2).sum((1, 2)) for lin in (q, k, v))
+        o = block.get_submodule(fam["o"])
+        n_heads = o.in_features // head_dim
+        score = sum(block.get_submodule(fam[n]).weight.detach().view(-1, n_heads, head_dim, o.out_features).pow(2)
+                    .sum((0, 2, 3)) for n in families.qkv_names(fam))  # a fused Q|K|V: 3 blocks of heads
         heads.append(score + o.weight.detach().view(o.out_features, n_heads, head_dim).pow(2).sum((0, 2)))
         ffn_in, ffn_out = block.get_submodule(fam["ffn_in"]), block.get_submodule(fam["ffn_out"])
-        neurons.append(ffn_in.weight.detach().pow(2).sum(1) + ffn_out.weight.detach().pow(2).sum(0))
+        rows = ffn_in.weight.detach().pow(2).sum(1).view(-1, ffn_out.in_features).sum(0)  # a gated FFN: 2 rows each
+        neurons.append(rows + ffn_out.weight.detach().pow(2).sum(0))
     scores = {"heads": heads, "ffn": neurons}
     if hidden:  # the squared weights along each residual-stream dimension, over every module that touches it
         parts = families.hidden_parts(model)
@@ -243,16 +245,18 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
     for block, head_score, ffn_score, h, f in zip(families.layers(model), scores["heads"], scores["ffn"], n_heads, n_ffn):
         heads = sorted(head_score.topk(h).indices.tolist())
         rows = torch.tensor([x * head_dim + j for x in heads for j in range(head_dim)])
-        for name in ("q", "k", "v"):
-            families.replace_module(block, fam[name], cut(block.get_submodule(fam[name]), rows, out=True))
+        for name in families.qkv_names(fam):
+            linear = block.get_submodule(fam[name])
+            families.replace_module(block, fam[name], cut(linear, families.head_rows(name, linear, rows), out=True))
         families.replace_module(block, fam["o"], cut(block.get_submodule(fam["o"]), rows, out=False))
         if fam.get("bias_heads"):
             families.keep_bias_heads(block.get_submodule(fam["bias_heads"]), heads)
         if fam.get("heads"):
             families.count_heads(block.get_submodule(fam["heads"]), rows, len(heads))
         neurons = ffn_score.topk(f).indices.sort().values
-        for name, out in (("ffn_in", True), ("ffn_out", False)):
-            families.replace_module(block, fam[name], cut(block.get_submodule(fam[name]), neurons, out=out))
+        ffn_in = block.get_submodule(fam["ffn_in"])
+        families.replace_module(block, fam["ffn_in"], cut(ffn_in, families.ffn_rows(fam, ffn_in, neurons), out=True))
+        families.replace_module(block, fam["ffn_out"], cut(block.get_submodule(fam["ffn_out"]), neurons, out=False))
         shapes["heads"].append(len(heads))
         shapes["ffn"].append(len(neurons))
     if hidden_keep < 1:
