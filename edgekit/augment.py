@@ -24,7 +24,8 @@ from edgekit import assets, families
 
 def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k: int, seed: int,
             progress: bool = True) -> tuple:
-    """(augmented [(text, label)] without the originals, how replacements were found: mlm or embedding)."""
+    """(augmented [(text, label)] without the originals, how replacements were found: mlm or embedding). A text
+    pair (text, text_pair) has words replaced in both texts, a masked word's candidates read with both."""
     weights = [assets.sha256_file(w) for w in sorted(Path(model_dir).glob("*.safetensors"))]  # never a pickle
     weights = weights[0] if len(weights) == 1 else weights  # one file: the key caches made before this had
     marker = _marker(tokenizer)  # a key of its own for BPE and SentencePiece: their entries were made wrong before
@@ -35,8 +36,9 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
         return saved
     mlm = masked_lm(model_dir)
     rng = random.Random(seed)
-    words = [_words(tokenizer, text, marker) for text, _ in examples]
-    neighbours = {} if mlm else embedding_neighbours(model_dir, tokenizer, {w for ws in words for w, _ in ws}, k,
+    words = [[(i, w, span) for i, part in enumerate(_parts(text)) for w, span in _words(tokenizer, part, marker)]
+             for text, _ in examples]
+    neighbours = {} if mlm else embedding_neighbours(model_dir, tokenizer, {w for ws in words for _, w, _ in ws}, k,
                                                      marker)
     from tqdm import tqdm
 
@@ -44,15 +46,16 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
     for (text, label), ws in tqdm(list(zip(examples, words)), desc="augment", unit="sent", disable=not progress):
         seen = {text}
         for _ in range(copies):
-            chosen = [(w, span) for w, span in ws if rng.random() < p and (mlm or neighbours.get(w))]
+            chosen = [(i, w, span) for i, w, span in ws if rng.random() < p and (mlm or neighbours.get(w))]
             if mlm and chosen:
-                options = mlm_candidates(mlm, tokenizer, text, [span for _, span in chosen], k, marker)
+                options = mlm_candidates(mlm, tokenizer, text, [(i, span) for i, _, span in chosen], k, marker)
             else:
-                options = [neighbours[w] for w, _ in chosen]
-            new = text
-            for (_, (a, b)), opts in sorted(zip(chosen, options), key=lambda x: -x[0][1][0]):  # right to left
+                options = [neighbours[w] for _, w, _ in chosen]
+            parts = list(_parts(text))
+            for (i, _, (a, b)), opts in sorted(zip(chosen, options), key=lambda x: -x[0][2][0]):  # right to left
                 if opts:
-                    new = new[:a] + rng.choice(opts) + new[b:]
+                    parts[i] = parts[i][:a] + rng.choice(opts) + parts[i][b:]
+            new = tuple(parts) if isinstance(text, tuple) else parts[0]
             if new not in seen:
                 seen.add(new)
                 out.append((new, label))
@@ -67,8 +70,8 @@ def cached(cache: Path, labels: set):
         saved = json.loads(cache.read_text(encoding="utf-8"))
         examples = saved["examples"]
         if saved["source"] in ("mlm", "embedding") and isinstance(examples, list) and all(
-                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and x[1] in labels for x in examples):
-            return [tuple(x) for x in examples], saved["source"]
+                isinstance(x, list) and len(x) == 2 and _is_text(x[0]) and x[1] in labels for x in examples):
+            return [(tuple(t) if isinstance(t, list) else t, y) for t, y in examples], saved["source"]
     except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         pass
     return None
@@ -89,6 +92,16 @@ def save(cache: Path, examples: list, source: str) -> None:
     finally:
         with contextlib.suppress(OSError):  # a read-only folder refuses even the unlink of a missing file
             tmp.unlink(missing_ok=True)
+
+
+def _parts(text) -> tuple:
+    """The texts of an example: (text,), or a pair's two."""
+    return text if isinstance(text, tuple) else (text,)
+
+
+def _is_text(x) -> bool:
+    """A text as the cache holds it: a string, or a pair as a list of two."""
+    return isinstance(x, str) or isinstance(x, list) and len(x) == 2 and all(isinstance(t, str) for t in x)
 
 
 def _marker(tokenizer) -> str:
@@ -159,10 +172,16 @@ def masked_lm(model_dir: Path):
     return None if head else model.eval()
 
 
-def mlm_candidates(model, tokenizer, text: str, spans: list, k: int, marker: str = "") -> list:
-    """For each word span, the MLM's top-k whole-word tokens at that word masked (one masked copy per word)."""
-    rows = [text[:a] + tokenizer.mask_token + text[b:] for a, b in spans]
-    enc = tokenizer(rows, return_tensors="pt", padding=True, truncation=True, max_length=128)
+def mlm_candidates(model, tokenizer, text, spans: list, k: int, marker: str = "") -> list:
+    """For each (part, word span) of `text` (a string, or a pair and which of its texts), the MLM's top-k whole-word
+    tokens at that word masked (one masked copy per word; a pair's other text is read with it)."""
+    rows = []
+    for i, (a, b) in spans:
+        parts = list(_parts(text))
+        parts[i] = parts[i][:a] + tokenizer.mask_token + parts[i][b:]
+        rows.append(parts)
+    enc = tokenizer(*[list(texts) for texts in zip(*rows)], return_tensors="pt", padding=True, truncation=True,
+                    max_length=128)
     allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
     allowed[[i for i, _ in _whole_words(tokenizer, marker)]] = True
     with torch.no_grad():
@@ -174,7 +193,8 @@ def mlm_candidates(model, tokenizer, text: str, spans: list, k: int, marker: str
             out.append([])
             continue
         scores = logits[row, where[0, 0], :len(allowed)].masked_fill(~allowed[:logits.shape[-1]], float("-inf"))
-        original = text[spans[row][0]:spans[row][1]].lower()
+        part, (a, b) = spans[row]
+        original = _parts(text)[part][a:b].lower()
         words = [t[len(marker):] for t in tokenizer.convert_ids_to_tokens(scores.topk(k + 1).indices.tolist())]
         out.append([w for w in words if w.lower() != original][:k])
     return out

@@ -215,11 +215,10 @@ def _check_together(recipe: dict) -> list:
                                distill.student_problem(d["student"], d["student_config"])) if p]
     if problem := data.pair_problem(recipe["data"]["source"], recipe["data"].get("text_pair_column", "")):
         errors.append(problem)
-    if recipe["data"].get("text_pair_column"):  # augmented copies and transfer texts are single texts
-        errors += [f"{stage}.{k} works on single texts, and data.text_pair_column makes each example a text pair; "
-                   f"leave {stage}.{k} out" for stage, keys in (("distill", ("augment", "transfer")),
-                                                               ("prune", ("transfer",)))
-                   if stage in order for k in keys if recipe[stage][k]]
+    if recipe["data"].get("text_pair_column"):  # transfer texts are single texts
+        errors += [f"{stage}.transfer adds single texts, and data.text_pair_column makes each example a text pair; "
+                   f"leave {stage}.transfer out" for stage in ("distill", "prune")
+                   if stage in order and recipe[stage]["transfer"]]
     if "export" not in order:
         return errors
     try:

@@ -84,25 +84,55 @@ def test_recipe_refuses_a_pair_column_on_a_named_dataset(tmp_path):
         recipe.load(str(tmp_path / "r.yaml"))
 
 
-def test_recipe_refuses_augmenting_pairs(tmp_path):
+@pytest.mark.parametrize("stage", ["distill", "prune"])
+def test_recipe_refuses_single_text_transfer_sets_with_pairs(tmp_path, stage):
     from edgekit import recipe
 
     testing.make_model_dir(tmp_path / "t")
     testing.make_pair_csv(tmp_path / "p.csv")
-    text = testing.tiny_recipe(tmp_path / "t", tmp_path / "p.csv", stages=("distill",)).replace(
+    text = testing.tiny_recipe(tmp_path / "t", tmp_path / "p.csv", stages=(stage,)).replace(
         "data: {source: ", "data: {text_column: premise, text_pair_column: hypothesis, source: ").replace(
-        "distill: {", "distill: {augment: 2, ")
+        f"{stage}: {{", f"{stage}: {{transfer: tweets-3class, ")
     (tmp_path / "r.yaml").write_text(text)
-    with pytest.raises(EdgekitError, match="distill.augment works on single texts"):
+    with pytest.raises(EdgekitError, match=f"{stage}.transfer adds single texts"):
         recipe.load(str(tmp_path / "r.yaml"))
 
 
-def test_pair_recipe_end_to_end(tmp_path):
-    """finetune, distill, prune (vocabulary too), ONNX and TFLite for x86 and arm64, INT8, evaluate, bench and a
-    local device on pairs labelled by the second text alone: the exported graphs read the pair as torch does, and
-    predict / device_bench take pairs."""
+@pytest.mark.parametrize("mlm", [False, True])
+def test_pairs_are_augmented_in_both_texts_and_cached_as_pairs(tmp_path, monkeypatch, mlm):
+    """Was refused (distill.augment made single texts). Embedding neighbours, or a masked-LM reading the pair's
+    other text with each masked word; a cached set comes back as the same pairs."""
+    from transformers import BertForMaskedLM
+
+    from edgekit import augment
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    folder = testing.make_model_dir(tmp_path / "m")
+    if mlm:
+        torch.manual_seed(0)
+        BertForMaskedLM(testing.tiny_config("bert")).save_pretrained(folder)
+    tok = families.load_tokenizer(folder)
+    testing.make_pair_csv(tmp_path / "p.csv")
+    examples = data.load(str(tmp_path / "p.csv"), text_column="premise", text_pair_column="hypothesis").train[:20]
+    extra, source = augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False)
+    assert source == ("mlm" if mlm else "embedding") and len(extra) > 20
+    assert all(isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, str) and x for x in t) for t, _ in extra)
+    originals = dict(examples)
+    assert all(t not in originals for t, _ in extra)
+    assert {y for _, y in extra} == {y for _, y in examples}
+    for side in (0, 1):  # each of the two texts has words replaced in some copies
+        assert any(t[side] not in {o[side] for o in originals} for t, _ in extra)
+    assert augment.augment(folder, tok, examples, 3, 0.5, 3, 0, progress=False) == (extra, source)
+
+
+def test_pair_recipe_end_to_end(tmp_path, monkeypatch):
+    """finetune, distill (on augmented pairs too), prune (vocabulary too), ONNX and TFLite for x86 and arm64, INT8,
+    evaluate, bench and a local device on pairs labelled by the second text alone: the exported graphs read the
+    pair as torch does, and predict / device_bench take pairs."""
     import edgekit
     from edgekit import cli, runtime
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))  # the augmented pairs
 
     testing.make_model_dir(tmp_path / "teacher", family="bert")
     testing.make_pair_csv(tmp_path / "pairs.csv")
@@ -110,12 +140,14 @@ def test_pair_recipe_end_to_end(tmp_path):
                                stages=("finetune", "distill", "prune", "export", "quantize", "evaluate", "bench"))
     text = text.replace("data: {source: ", "data: {text_column: premise, text_pair_column: hypothesis, source: ")
     text = text.replace("finetune: {epochs: 4,", "finetune: {epochs: 8,").replace("prune: {", "prune: {vocab: true, ")
+    text = text.replace("distill: {", "distill: {augment: 1, ")
     text += "targets: [x86, arm64]\ndevices:\n  here: {kind: local, runs: 3, warmup: 1, after_compress: true}\n"
     (tmp_path / "r.yaml").write_text(text)
     assert cli.main(["compress", "--recipe", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     final = manifest["final"]["metrics"]
     assert final["teacher_accuracy"] >= 0.9 and final["accuracy"] >= 0.9  # chance is about 0.5 on this data
+    assert next(s for s in manifest["stages"] if s["name"] == "distill")["metrics"]["augmented_examples"] > 0
     device = manifest["devices"]["here"]  # edgekit bench: the test pairs staged as text, text_pair, label
     assert device["complete"] and device["metrics"]["accuracy"] == pytest.approx(final["accuracy"], abs=1e-4)
     splits = data.load(str(tmp_path / "pairs.csv"), text_column="premise", text_pair_column="hypothesis")
