@@ -94,7 +94,7 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     for s in encoded:
         rng.shuffle(encoded[s])
     if max_train:
-        encoded["train"] = encoded["train"][:max_train]
+        encoded["train"] = stratified(encoded["train"], max_train)
         trained = {y for _, y in encoded["train"]}
         if untrained := [n for i, n in enumerate(names) if i not in trained]:
             raise EdgekitError(f"data.max_train={max_train} leaves {len(untrained)} of {len(names)} classes without "
@@ -105,6 +105,34 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     if not encoded["test"]:
         raise EdgekitError(f"dataset {source} has no test rows; add rows or a split column with 'test' values")
     return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source, stats)
+
+
+def stratified(rows: list, n: int) -> list:
+    """At most `n` of `rows` ((text, class id), shuffled, order kept), each class keeping its share of them (largest
+    remainders), and at least one row where `n` allows: a plain cut of the shuffled rows dropped a rare class, and
+    moved the shares of small ones by chance. Fewer rows than classes: one row of each of the commonest classes."""
+    if n >= len(rows):
+        return rows
+    counts = Counter(y for _, y in rows)
+    common = sorted(counts, key=lambda y: (-counts[y], y))
+    if n < len(counts):
+        quota = dict.fromkeys(common[:n], 1)
+    else:
+        share = {y: n * c / len(rows) for y, c in counts.items()}
+        quota = {y: max(1, int(share[y])) for y in counts}
+        for y in sorted(counts, key=lambda y: (int(share[y]) - share[y], y)):  # the largest remainders first
+            if sum(quota.values()) >= n:
+                break
+            if quota[y] < counts[y]:
+                quota[y] += 1
+        while sum(quota.values()) > n:  # the rare classes' one row each came out of the commonest's
+            quota[max(quota, key=lambda y: (quota[y], -y))] -= 1
+    taken, out = Counter(), []
+    for text, y in rows:
+        if taken[y] < quota.get(y, 0):
+            taken[y] += 1
+            out.append((text, y))
+    return out
 
 
 def pair_problem(source: str, text_pair_column: str) -> str:

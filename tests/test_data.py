@@ -321,6 +321,22 @@ def test_max_train_that_leaves_a_class_untrained_is_refused(tmp_path):
     assert len(data.load(str(f), max_train=200).train) == 200
 
 
+def test_max_train_keeps_each_classs_share_and_a_rare_class(tmp_path):
+    """Was a cut of the shuffled rows: a class of 3 rows in 1,500 was dropped at max_train=100 (refused), and a
+    10% class came out anywhere from 1 to 5 rows in 20 depending on the seed."""
+    from collections import Counter
+
+    f = rows_csv(tmp_path, [f"sentence {i},{'rare' if i < 3 else 'neg' if i % 10 else 'pos'}" for i in range(1500)])
+    full = Counter(y for _, y in data.load(str(f)).train)
+    for seed in range(3):
+        s = data.load(str(f), max_train=100, seed=seed)
+        got = Counter(s.labels[y] for _, y in s.train)
+        assert len(s.train) == 100 and got["rare"] >= 1 and set(got) == {"neg", "pos", "rare"}
+        share = {name: full[s.labels.index(name)] / sum(full.values()) * 100 for name in ("neg", "pos")}
+        assert all(abs(got[name] - share[name]) <= 1 for name in share)
+    assert data.load(str(f), max_train=100).train == data.load(str(f), max_train=100).train  # seeded
+
+
 def test_a_class_with_most_training_rows_gets_a_majority_baseline_warning(tmp_path):
     f = rows_csv(tmp_path, [f"s{i},{'neg' if i % 25 else 'pos'}" for i in range(2000)])
     s = data.load(str(f))
