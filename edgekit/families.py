@@ -328,16 +328,16 @@ def apply_shapes(model, shapes: dict):
     if len(shapes["heads"]) != len(blocks) or len(shapes["ffn"]) != len(blocks):
         raise EdgekitError(f"edgekit_shapes lists {len(shapes['heads'])} layers, the model has {len(blocks)}; "
                            f"the checkpoint is damaged, re-run the prune stage")
-    def linear(name, inputs, outputs):  # with a bias where the family's has one (ModernBERT's have none)
+    def linear(block, name, inputs, outputs):  # with a bias where the family's has one (ModernBERT's have none)
         return torch.nn.Linear(inputs, outputs, bias=block.get_submodule(fam[name]).bias is not None)
 
     for i, block in enumerate(blocks):
         heads, ffn = shapes["heads"][i], shapes["ffn"][i]
         for name in qkv_names(fam):
-            replace_module(block, fam[name], linear(name, width, heads * head_dim * (3 if name == "qkv" else 1)))
-        replace_module(block, fam["o"], linear("o", heads * head_dim, width))
-        replace_module(block, fam["ffn_in"], linear("ffn_in", width, ffn * (2 if fam.get("glu") else 1)))
-        replace_module(block, fam["ffn_out"], linear("ffn_out", ffn, width))
+            replace_module(block, fam[name], linear(block, name, width, heads * head_dim * (3 if name == "qkv" else 1)))
+        replace_module(block, fam["o"], linear(block, "o", heads * head_dim, width))
+        replace_module(block, fam["ffn_in"], linear(block, "ffn_in", width, ffn * (2 if fam.get("glu") else 1)))
+        replace_module(block, fam["ffn_out"], linear(block, "ffn_out", ffn, width))
         if fam.get("bias_heads"):
             keep_bias_heads(block.get_submodule(fam["bias_heads"]), list(range(heads)))  # indices load with weights
         if fam.get("heads"):
