@@ -111,7 +111,8 @@ def config_problem(config) -> str:
     if config.model_type == "albert" and getattr(config, "num_hidden_groups", 1) != 1:
         return (f"sets num_hidden_groups {config.num_hidden_groups}; edgekit prunes and distils ALBERT's one shared "
                 f"layer group (every published ALBERT has 1): give a model with num_hidden_groups 1")
-    if getattr(config, "position_embedding_type", None) not in (None, "absolute"):
+    # ModernBERT's positions are rotary whatever the key says (mmBERT's config sets sans_pos)
+    if config.model_type != "modernbert" and getattr(config, "position_embedding_type", None) not in (None, "absolute"):
         return (f"sets position_embedding_type {config.position_embedding_type}, which transformers 5 no longer "
                 f"runs (it would drop those weights and use absolute positions): give a model with absolute positions")
     if config.model_type == "mpnet" and getattr(config, "relative_attention_num_buckets", 32) != 32:
@@ -535,6 +536,10 @@ def student_config(config, overrides: dict, keep: list):
     if config.hidden_size % config.num_attention_heads:
         raise EdgekitError(f"student hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
                            f"{config.num_attention_heads}; choose sizes with a whole head width")
+    if config.model_type == "modernbert" and config.hidden_size // config.num_attention_heads % 2:
+        raise EdgekitError(f"student hidden_size {config.hidden_size} / num_attention_heads {config.num_attention_heads}"
+                           f" gives heads {config.hidden_size // config.num_attention_heads} wide; ModernBERT's rotary "
+                           f"positions rotate pairs of dimensions: choose sizes with an even head width")
     return config
 
 

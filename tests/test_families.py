@@ -88,6 +88,21 @@ def test_a_narrower_modernbert_student_takes_the_leading_rows_of_each_block_of_i
                               student(**inputs()).logits, atol=1e-6)
 
 
+def test_modernbert_as_mmbert_ships_it_loads_and_an_odd_head_width_student_is_refused(tmp_path):
+    """mmBERT's config.json sets position_embedding_type sans_pos, which ModernBERT never reads: it was refused as a
+    BERT with relative positions would be. A student_config with heads 9 wide passed the checks and crashed in
+    the rotary positions' first forward pass."""
+    path = make_model_dir(tmp_path / "m", "modernbert")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(config, position_embedding_type="sans_pos")))
+    teacher = families.load_model(path)
+    with pytest.raises(EdgekitError, match=r"gives heads 9 wide; ModernBERT's rotary positions rotate pairs"):
+        families.student_config(teacher.config, {"hidden_size": 36, "num_attention_heads": 4}, [0, 1])
+    student, _ = families.student_from_config(teacher, {"hidden_size": 40, "num_attention_heads": 4}, [0, 1])
+    with torch.no_grad():
+        assert student(**inputs()).logits.shape == (2, 2)
+
+
 def test_a_distilbert_student_config_sets_its_ffn_width(tmp_path):
     teacher = families.load_model(make_model_dir(tmp_path / "d", "distilbert"))
     student, _ = families.student_from_config(teacher, {"hidden_size": 16, "intermediate_size": 32,
