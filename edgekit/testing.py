@@ -101,25 +101,22 @@ def sentence(rng, label: int) -> str:
 
 def make_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
     rng = random.Random(seed)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["text", "label"])
-        for i in range(n):
-            y = i % 2
-            w.writerow([sentence(rng, y), labels[y]])
-    return path
+    return _write(path, ["text", "label"], ([sentence(rng, i % 2), labels[i % 2]] for i in range(n)))
 
 
 def make_pair_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
     """Text pairs (columns premise, hypothesis, label) labelled by the hypothesis' cue alone, with a premise of
     either cue: a model that reads the pair as one text, or ignores the second, scores about half."""
     rng = random.Random(seed)
+    return _write(path, ["premise", "hypothesis", "label"],
+                  ([sentence(rng, rng.randint(0, 1)), sentence(rng, i % 2), labels[i % 2]] for i in range(n)))
+
+
+def _write(path, header: list, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["premise", "hypothesis", "label"])
-        for i in range(n):
-            y = i % 2
-            w.writerow([sentence(rng, rng.randint(0, 1)), sentence(rng, y), labels[y]])
+        w.writerow(header)
+        w.writerows(rows)
     return path
 
 
