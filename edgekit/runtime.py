@@ -77,7 +77,19 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-class HFModel:
+class Reloads:
+    """Pickles as the file it was loaded from and its settings, so that another process (multiprocessing's spawn and
+    forkserver, a Ray or Spark worker) loads the file again; sessions, interpreters and locks are not copied. The
+    file must be at that path where it is unpickled."""
+
+    def remember(self, *args) -> None:
+        self.args = (Path(args[0]).absolute(), *args[1:])
+
+    def __reduce__(self):
+        return type(self), self.args
+
+
+class HFModel(Reloads):
     kind = "hf"
 
     def __init__(self, path: Path, threads: int = 0, max_length: int = 0, pairs: bool = False):
@@ -85,6 +97,7 @@ class HFModel:
 
         from edgekit import families
 
+        self.remember(path, threads, max_length, pairs)
         if threads:
             torch.set_num_threads(threads)
         self.model = families.load_model(path)
@@ -275,12 +288,13 @@ def predict(model, texts, max_length=None) -> dict:
     return {"labels": [model.labels[i] for i in probs.argmax(-1)], "probs": probs}
 
 
-class TorchScriptModel:
+class TorchScriptModel(Reloads):
     kind = "torchscript"
 
     def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
         import torch
 
+        self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         if threads:
@@ -319,12 +333,13 @@ def disabled_optimizers(meta: dict) -> list:
     return names
 
 
-class OnnxModel:
+class OnnxModel(Reloads):
     kind = "onnx"
 
     def __init__(self, path: Path, threads: int = 0, max_length: int = 0):
         import onnxruntime as ort
 
+        self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         options = ort.SessionOptions()
@@ -352,7 +367,7 @@ class OnnxModel:
         return predict(self, texts, max_length)
 
 
-class TFLiteModel:
+class TFLiteModel(Reloads):
     """A .tflite file with one signature per sequence bucket: each sentence runs in the smallest bucket that
     holds it, so short inputs do not pay for the longest one."""
 
@@ -363,6 +378,7 @@ class TFLiteModel:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:
             raise EdgekitError("running .tflite files needs ai-edge-litert: pip install 'edgekit[tflite]'")
+        self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.lock = threading.Lock()  # a LiteRT interpreter runs one invocation at a time: calls from threads wait
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode

@@ -395,6 +395,28 @@ def from_threads(model, calls: dict, times: int = 200) -> list:
     return wrong
 
 
+@pytest.mark.parametrize("fmt", ["hf", "onnx", "torchscript", "tflite"])
+def test_a_loaded_model_pickles_as_its_file_and_runs_in_a_spawned_process(formats, fmt):
+    """Was: TypeError, cannot pickle '_thread.lock' object: a model could not be handed to a process pool that spawns
+    (Python's default on macOS, forkserver on Linux from 3.14), Ray or Spark."""
+    import multiprocessing
+    import pickle
+
+    if fmt not in formats:
+        pytest.skip("litert-torch is not installed")
+    model = runtime.load(formats[fmt], max_length=8)
+    texts = ["good movie", "awful plot and dull acting all the way through the film"]
+    want = model(texts)
+    again = pickle.loads(pickle.dumps(model))
+    settings = again if fmt == "hf" else again.sidecar
+    assert again is not model and settings.max_length == 8  # the load's max_length comes along
+    assert np.abs(again(texts)["probs"] - want["probs"]).max() < 1e-6
+    if fmt == "onnx":
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            got = pool.apply(model, (texts,))
+        assert got["labels"] == want["labels"] and np.abs(got["probs"] - want["probs"]).max() < 1e-6
+
+
 def test_a_tflite_model_shared_by_threads_answers_each_call_as_alone(formats):
     """One LiteRT interpreter ran the threads' invocations unlocked: 600 of 4500 calls got another text's answer."""
     if "tflite" not in formats:
