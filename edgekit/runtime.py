@@ -83,10 +83,10 @@ class Reloads:
     file must be at that path where it is unpickled."""
 
     def remember(self, *args) -> None:
-        self.args = (Path(args[0]).absolute(), *args[1:])
+        self.loaded_with = (Path(args[0]).absolute(), *args[1:])
 
     def __reduce__(self):
-        return type(self), self.args
+        return type(self), self.loaded_with
 
 
 class HFModel(Reloads):
