@@ -175,13 +175,14 @@ def masked_lm(model_dir: Path):
 def mlm_candidates(model, tokenizer, text, spans: list, k: int, marker: str = "") -> list:
     """For each (part, word span) of `text` (a string, or a pair and which of its texts), the MLM's top-k whole-word
     tokens at that word masked (one masked copy per word; a pair's other text is read with it)."""
-    rows = []
+    rows, inserted, mask = [], [], tokenizer.mask_token
     for i, (a, b) in spans:
         parts = list(_parts(text))
-        parts[i] = parts[i][:a] + tokenizer.mask_token + parts[i][b:]
+        inserted.append(sum(p.count(mask) for p in parts[:i]) + parts[i][:a].count(mask))  # the text's own masks first
+        parts[i] = parts[i][:a] + mask + parts[i][b:]
         rows.append(parts)
     enc = tokenizer(*[list(texts) for texts in zip(*rows)], return_tensors="pt", padding=True, truncation=True,
-                    max_length=128)
+                    max_length=min(128, families.max_tokens(model.config)))  # RoBERTa's table may hold fewer
     allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
     allowed[[i for i, _ in _whole_words(tokenizer, marker)]] = True
     with torch.no_grad():
@@ -189,10 +190,11 @@ def mlm_candidates(model, tokenizer, text, spans: list, k: int, marker: str = ""
     out = []
     for row, ids in enumerate(enc["input_ids"]):
         where = (ids == tokenizer.mask_token_id).nonzero()
-        if not len(where):
+        if len(where) <= inserted[row]:  # cut off by truncation
             out.append([])
             continue
-        scores = logits[row, where[0, 0], :len(allowed)].masked_fill(~allowed[:logits.shape[-1]], float("-inf"))
+        scores = logits[row, where[inserted[row], 0], :len(allowed)]
+        scores = scores.masked_fill(~allowed[:logits.shape[-1]], float("-inf"))
         part, (a, b) = spans[row]
         original = _parts(text)[part][a:b].lower()
         words = [t[len(marker):] for t in tokenizer.convert_ids_to_tokens(scores.topk(k + 1).indices.tolist())]

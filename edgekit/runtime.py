@@ -78,15 +78,72 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class Reloads:
-    """Pickles as the file it was loaded from and its settings, so that another process (multiprocessing's spawn and
-    forkserver, a Ray or Spark worker) loads the file again; sessions, interpreters and locks are not copied. The
-    file must be at that path where it is unpickled."""
+    """A loaded model pickles (and copies) as a `Reloaded`: the file it was loaded from, its load settings and a
+    stamp of the files it read (files_stamp), not its sessions, interpreters and locks."""
 
-    def remember(self, *args) -> None:
-        self.loaded_with = (Path(args[0]).absolute(), *args[1:])
+    def remember(self, path, *settings) -> None:
+        path = Path(path).absolute()
+        self.loaded_with = (type(self).__name__, path, *settings)
+        self.stamp = files_stamp(path)
 
     def __reduce__(self):
-        return type(self), self.loaded_with
+        return Reloaded, (self.loaded_with, self.stamp)
+
+
+def files_stamp(path: Path) -> list:
+    """[name, bytes, sha256 of the first and last MiB] of the files a model at `path` reads: a folder's config.json
+    and weights, or the file and the model.json beside it. Milliseconds for any size; a copy to another machine
+    keeps it (a modification time would not), retrained weights do not."""
+    import hashlib
+
+    files = [path / "config.json", *sorted(path.glob("*.safetensors"))] if path.is_dir() else \
+        [path, path.with_name("model.json")]
+    stamp = []
+    for f in (f for f in files if f.is_file()):
+        with open(f, "rb") as fh:
+            head = fh.read(1 << 20)
+            fh.seek(max(len(head), f.stat().st_size - (1 << 20)))
+            stamp.append([f.name, f.stat().st_size, hashlib.sha256(head + fh.read()).hexdigest()])
+    return stamp
+
+
+LOADED, LOADING = {}, threading.Lock()  # (loaded_with, stamp) -> the model, loaded once per process
+
+
+class Reloaded:
+    """A model unpickled in another process (a process pool that spawns, Ray, Spark) or copied: it takes the same
+    calls and loads its file at the first one, once per process. So a file moved, deleted or changed since it was
+    loaded fails that call, with one line, where a process pool sends the error back to the caller (an error while
+    unpickling a task is lost: the pool hangs)."""
+
+    def __init__(self, loaded_with: tuple, stamp: list):
+        self.loaded_with, self.stamp = tuple(loaded_with), stamp
+
+    def __reduce__(self):
+        return Reloaded, (self.loaded_with, self.stamp)
+
+    def model(self):
+        key = repr((self.loaded_with, self.stamp))
+        with LOADING:
+            if key not in LOADED:
+                kind, path, *settings = self.loaded_with
+                if not path.exists():
+                    raise EdgekitError(f"this pickled edgekit model reloads {path}, which is not there in this process "
+                                       f"(moved or deleted); put it back, or load the model where it is")
+                if files_stamp(path) != self.stamp:
+                    raise EdgekitError(f"{path} changed after this pickled edgekit model was loaded from it (another "
+                                       f"run or export wrote there); load the model again")
+                LOADED[key] = {c.__name__: c for c in (HFModel, TorchScriptModel, OnnxModel, TFLiteModel)}[kind](
+                    path, *settings)
+            return LOADED[key]
+
+    def __call__(self, texts, max_length=None) -> dict:
+        return self.model()(texts, max_length)
+
+    def __getattr__(self, name):  # labels, meta, encode, logits ...: the loaded model's
+        if name.startswith("__") or name in ("loaded_with", "stamp"):
+            raise AttributeError(name)
+        return getattr(self.model(), name)
 
 
 class HFModel(Reloads):

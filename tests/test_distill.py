@@ -241,6 +241,33 @@ def test_augmentation_replaces_words_with_embedding_neighbours_and_is_cached(mod
     assert augment.augment(model_dir, tok, examples, 3, 0.5, 3, 0, progress=False) == (extra, source)
 
 
+def test_masked_lm_candidates_are_read_at_each_inserted_mask_and_fit_the_position_table():
+    """A text holding the mask string itself ("[MASK]") had every word's candidates read at that literal mask; a
+    RoBERTa-style table of 126 positions failed with an IndexError on a long text (the cut was 128 tokens)."""
+    from transformers import BertTokenizer, RobertaForMaskedLM
+
+    tok = BertTokenizer(vocab=testing.tiny_vocab())
+    words = [i for i, _ in augment._whole_words(tok, "")]
+
+    class ByPosition(torch.nn.Module):  # the top candidate at token position t is whole word t (mod their count)
+        config = testing.tiny_config("bert")
+
+        def forward(self, input_ids, **kw):
+            logits = torch.full((*input_ids.shape, len(tok)), -1.0)
+            for t in range(input_ids.shape[1]):
+                logits[:, t, words[t % len(words)]] = 1.0
+            return type("Out", (), {"logits": logits})
+
+    pair = ("the film [MASK] good", "the cast was awful")
+    spans = [(1, (4, 8)), (1, (9, 12)), (1, (13, 18))]  # cast, was, awful
+    got = augment.mlm_candidates(ByPosition(), tok, pair, spans, k=1)
+    assert len({tuple(c) for c in got}) == 3  # was: one list for all three (the literal mask's position)
+    torch.manual_seed(0)
+    long = " ".join(["good"] * 200)
+    assert augment.mlm_candidates(RobertaForMaskedLM(testing.tiny_config("roberta")).eval(), tok, long,
+                                  [(0, (0, 4))], k=3)[0]
+
+
 def test_augmentation_uses_a_masked_lm_head_when_the_folder_has_one(csv_file, tmp_path, monkeypatch):
     from transformers import BertForMaskedLM, BertTokenizer
 

@@ -417,6 +417,36 @@ def test_a_loaded_model_pickles_as_its_file_and_runs_in_a_spawned_process(format
         assert got["labels"] == want["labels"] and np.abs(got["probs"] - want["probs"]).max() < 1e-6
 
 
+def test_a_pickled_model_whose_file_moved_or_changed_fails_the_call_and_a_pool_returns_the_error(formats, tmp_path):
+    """Was: the model was rebuilt while the worker unpickled the task, where a process pool loses errors (it hung,
+    or its workers died); a file overwritten by another run was read without a word; and each task loaded again."""
+    import multiprocessing
+    import pickle
+    import shutil
+
+    from edgekit.errors import EdgekitError
+
+    shutil.copytree(formats["onnx"].parent, tmp_path / "m")
+    model = runtime.load(tmp_path / "m" / "model.onnx")
+    blob = pickle.dumps(model)
+    first, second = pickle.loads(blob), pickle.loads(blob)
+    assert first.model() is second.model()  # loaded once per process
+    (tmp_path / "m").rename(tmp_path / "moved")
+    runtime.LOADED.clear()  # as in a process that has not loaded it yet
+    gone = pickle.loads(blob)  # unpickling never loads: a pool gets the error from the call
+    with pytest.raises(EdgekitError, match=r"model.onnx, which is not there in this process \(moved or deleted\)"):
+        gone(["good movie"])
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with pytest.raises(EdgekitError, match="which is not there in this process"):
+            pool.apply_async(model, (["good movie"],)).get(timeout=300)
+    shutil.copytree(tmp_path / "moved", tmp_path / "m")
+    onnx_file = tmp_path / "m" / "model.onnx"
+    onnx_file.write_bytes(onnx_file.read_bytes()[:-8] + bytes(8))  # the same size, other bytes: another model
+    runtime.LOADED.clear()
+    with pytest.raises(EdgekitError, match=r"changed after this pickled edgekit model was loaded from it"):
+        pickle.loads(blob)(["good movie"])
+
+
 def test_a_tflite_model_shared_by_threads_answers_each_call_as_alone(formats):
     """One LiteRT interpreter ran the threads' invocations unlocked: 600 of 4500 calls got another text's answer."""
     if "tflite" not in formats:
