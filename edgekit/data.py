@@ -98,7 +98,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         trained = {y for _, y in encoded["train"]}
         if untrained := [n for i, n in enumerate(names) if i not in trained]:
             raise EdgekitError(f"data.max_train={max_train} leaves {len(untrained)} of {len(names)} classes without "
-                               f"a training row ({', '.join(untrained[:5])}); raise max_train, or 0 for all rows")
+                               f"a training row ({', '.join(untrained[:5])}); raise max_train to at least "
+                               f"{len(names)} (a row per class), or 0 for all rows")
     if max_eval:
         encoded["validation"] = encoded["validation"][:max_eval]
         encoded["test"] = encoded["test"][:max_eval]

@@ -317,7 +317,8 @@ def test_max_train_that_leaves_a_class_untrained_is_refused(tmp_path):
     with pytest.raises(EdgekitError) as e:  # was: 11 of 20 classes never trained, no word
         data.load(str(f), max_train=10)
     assert "data.max_train=10 leaves " in str(e.value) and " of 20 classes without a training row (" in str(e.value)
-    assert "raise max_train, or 0 for all rows" in str(e.value) and "\n" not in str(e.value)
+    assert "raise max_train to at least 20 (a row per class), or 0 for all rows" in str(e.value)
+    assert "\n" not in str(e.value)
     assert len(data.load(str(f), max_train=200).train) == 200
 
 
