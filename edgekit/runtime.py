@@ -107,7 +107,7 @@ def files_stamp(path: Path) -> list:
     return stamp
 
 
-LOADED, LOADING = {}, threading.Lock()  # (loaded_with, stamp) -> the model, loaded once per process
+LOADED, LOADING = {}, threading.Lock()  # (loaded_with, stamp) -> the model, loaded once per process and kept
 
 
 class Reloaded:
