@@ -14,7 +14,6 @@ Writes bench/results/deberta-export.json and .md (or --out PATH.json and PATH.md
 """
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -24,7 +23,6 @@ import numpy as np
 from tqdm import tqdm
 
 from edgekit import cli, devices, families, latency, native, testing
-from edgekit.artifact import write_json, write_text
 from edgekit.stages import export, quantize
 
 import roofline  # bench/roofline.py: the timing session and p50
@@ -125,25 +123,16 @@ def main(argv=None):
             made = files(shape, fmt, args.vocab, Path(tmp))
             for precision in ("fp32", "int8"):
                 paths = [made["plain"][precision], made["rewritten"][precision]]
-                times = [[], []]
-                for n in range(args.rounds):
-                    for i in (0, 1) if n % 2 == 0 else (1, 0):
-                        times[i].append(p50_ms(paths[i], args.timed))
+                times = roofline.interleaved(lambda i: p50_ms(paths[i], args.timed), 2, args.rounds)
                 for i, name in enumerate(("plain", "rewritten")):
                     rows.append({"shape": shape, "format": fmt, "export": name, "precision": precision,
                                  "size_mb": round(paths[i].stat().st_size / 1e6, 3),
                                  "max_abs_diff_vs_plain_fp32": round(largest_difference(
                                      made["plain"]["fp32"], paths[i], args.vocab), 6),
-                                 "p50_ms_by_round": [round(t, 3) for t in times[i]],
-                                 "p50_ms": round(statistics.median(times[i]), 3),
-                                 "ratio_to_plain": round(statistics.median(
-                                     t / b for t, b in zip(times[i], times[0])), 3)})
-    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
-              "runs_per_round": args.timed, "vocab": args.vocab, "rows": rows, "json": str(args.out)}
-    write_json(args.out, result)
-    text = markdown(result)
-    write_text(args.out.with_suffix(".md"), text)
-    print(text)
+                                 **roofline.latency_fields(times[i], times[0], "ratio_to_plain")})
+    roofline.save(args.out, {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
+                             "runs_per_round": args.timed, "vocab": args.vocab, "rows": rows, "json": str(args.out)},
+                  markdown)
 
 
 def markdown(result: dict) -> str:

@@ -15,6 +15,7 @@ Writes bench/results/roofline.json and bench/results/roofline.md.
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from edgekit import cli, devices, latency, runtime
 from edgekit.artifact import Artifact, write_json, write_text
@@ -186,6 +188,30 @@ def feed(sess) -> dict:
 def p50_ms(sess, timed: int) -> float:
     inputs = feed(sess)
     return float(np.median(latency.timed(lambda: sess.run(None, inputs), timed, warmup=10)))
+
+
+def interleaved(measure, count: int, rounds: int, desc: str = "") -> list:
+    """[p50 ms per round] for each of `count` files, `measure(i)` giving file i's p50, in `rounds` rounds whose
+    order reverses every other round (a busy VM's drift falls on every file alike). `desc`: a bar over the rounds."""
+    times = [[] for _ in range(count)]
+    for n in tqdm(range(rounds), desc=desc, unit="round", disable=not desc):
+        for i in range(count) if n % 2 == 0 else reversed(range(count)):
+            times[i].append(measure(i))
+    return times
+
+
+def latency_fields(times: list, baseline: list, ratio_key: str) -> dict:
+    """A row's p50 per round, their median, and (as `ratio_key`) the median per-round ratio to `baseline`'s."""
+    return {"p50_ms_by_round": [round(t, 3) for t in times], "p50_ms": round(statistics.median(times), 3),
+            ratio_key: round(statistics.median(t / b for t, b in zip(times, baseline)), 3)}
+
+
+def save(out: Path, result: dict, markdown) -> None:
+    """The result JSON at `out`, its `markdown(result)` beside it as .md, and printed."""
+    write_json(out, result)
+    text = markdown(result)
+    write_text(out.with_suffix(".md"), text)
+    print(text)
 
 
 def profile(label: str, model: Path, flops: int, timed: int) -> dict:

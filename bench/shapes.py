@@ -13,7 +13,6 @@ in the same round.
 Writes bench/results/shapes.json and .md (or --out PATH.json and PATH.md).
 """
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edgekit import cli, data, devices, runtime
-from edgekit.artifact import write_json, write_text
 from edgekit.errors import EdgekitError
 from edgekit.stages.evaluate import accuracy
 
@@ -67,20 +65,12 @@ def main(argv=None):
         rows = [describe(r, splits, ood) for r in tqdm(args.runs, desc="accuracy", unit="run")]
     except EdgekitError as e:
         sys.exit(f"bench/shapes.py: {e}")
-    p50 = [[] for _ in rows]
-    for n in tqdm(range(args.rounds), desc="rounds", unit="round"):
-        for i in range(len(rows)) if n % 2 == 0 else reversed(range(len(rows))):
-            p50[i].append(roofline.p50_ms(roofline.session(Path(rows[i]["run"]) / FINAL), args.timed))
+    p50 = roofline.interleaved(lambda i: roofline.p50_ms(roofline.session(Path(rows[i]["run"]) / FINAL), args.timed),
+                               len(rows), args.rounds, desc="rounds")
     for row, times in zip(rows, p50):
-        row["p50_ms_by_round"] = [round(t, 3) for t in times]
-        row["p50_ms"] = round(statistics.median(times), 3)
-        row["ratio_to_first"] = round(statistics.median(t / b for t, b in zip(times, p50[0])), 3)
-    result = {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
-              "runs_per_round": args.timed, "rows": rows, "json": str(args.out)}
-    write_json(args.out, result)
-    text = markdown(result)
-    write_text(args.out.with_suffix(".md"), text)
-    print(text)
+        row.update(roofline.latency_fields(times, p50[0], "ratio_to_first"))
+    roofline.save(args.out, {"measured": time.strftime("%Y-%m-%d %H:%M"), **devices.this_cpu(), "rounds": args.rounds,
+                             "runs_per_round": args.timed, "rows": rows, "json": str(args.out)}, markdown)
 
 
 def markdown(result: dict) -> str:
