@@ -474,9 +474,7 @@ def student_from_teacher(teacher, keep: list):
         raise EdgekitError(f"student layers {keep} must be teacher layer indices 0..{depth - 1}")
     fam = family(teacher.config)
     student = copy.deepcopy(teacher)
-    student.config.num_hidden_layers = len(keep)
-    if teacher.config.model_type == "modernbert":  # each layer keeps its attention kind (full or sliding window)
-        student.config.layer_types = [teacher.config.layer_types[i] for i in keep]
+    keep_layers(student.config, keep)
     shapes = getattr(student.config, "edgekit_shapes", None)
     if shapes and "heads" in shapes and not fam.get("shared"):  # a pruned teacher: the kept layers' own shapes
         student.config.edgekit_shapes = dict(shapes, heads=[shapes["heads"][i] for i in keep],
@@ -493,6 +491,14 @@ def student_from_teacher(teacher, keep: list):
         if teacher.config.model_type == "modernbert":
             first_layer_norms(student)
     return student
+
+
+def keep_layers(config, keep: list) -> None:
+    """`config` for a model of the teacher layers `keep`: their count, and ModernBERT's attention kind (full or
+    sliding window) of each."""
+    config.num_hidden_layers = len(keep)
+    if config.model_type == "modernbert":
+        config.layer_types = [config.layer_types[i] for i in keep]
 
 
 def first_layer_norms(model) -> None:
@@ -527,10 +533,9 @@ def student_config(config, overrides: dict, keep: list):
         del config.edgekit_shapes
         if vocab:
             config.edgekit_shapes = vocab
-    for k, v in {**overrides, "num_hidden_layers": len(keep)}.items():
+    for k, v in overrides.items():
         setattr(config, "hidden_dim" if k == "intermediate_size" and hasattr(config, "hidden_dim") else k, v)
-    if config.model_type == "modernbert":  # each layer keeps its attention kind (full or sliding window)
-        config.layer_types = [config.layer_types[i] for i in keep]
+    keep_layers(config, keep)
     if "hidden_size" in overrides and hasattr(config, "pooler_hidden_size"):  # DeBERTa's pooler reads the stream
         config.pooler_hidden_size = config.hidden_size
     if config.hidden_size % config.num_attention_heads:

@@ -83,7 +83,7 @@ class Reloads:
 
     def remember(self, path, *settings) -> None:
         path = Path(path).absolute()
-        self.loaded_with = (type(self).__name__, path, *settings)
+        self.loaded_with = (type(self), path, *settings)  # a class pickles by its name
         self.stamp = files_stamp(path)
 
     def __reduce__(self):
@@ -100,10 +100,11 @@ def files_stamp(path: Path) -> list:
         [path, path.with_name("model.json")]
     stamp = []
     for f in (f for f in files if f.is_file()):
+        size = f.stat().st_size
         with open(f, "rb") as fh:
             head = fh.read(1 << 20)
-            fh.seek(max(len(head), f.stat().st_size - (1 << 20)))
-            stamp.append([f.name, f.stat().st_size, hashlib.sha256(head + fh.read()).hexdigest()])
+            fh.seek(max(len(head), size - (1 << 20)))
+            stamp.append([f.name, size, hashlib.sha256(head + fh.read()).hexdigest()])
     return stamp
 
 
@@ -126,15 +127,14 @@ class Reloaded:
         key = repr((self.loaded_with, self.stamp))
         with LOADING:
             if key not in LOADED:
-                kind, path, *settings = self.loaded_with
+                model_class, path, *settings = self.loaded_with
                 if not path.exists():
                     raise EdgekitError(f"this pickled edgekit model reloads {path}, which is not there in this process "
                                        f"(moved or deleted); put it back, or load the model where it is")
                 if files_stamp(path) != self.stamp:
                     raise EdgekitError(f"{path} changed after this pickled edgekit model was loaded from it (another "
                                        f"run or export wrote there); load the model again")
-                LOADED[key] = {c.__name__: c for c in (HFModel, TorchScriptModel, OnnxModel, TFLiteModel)}[kind](
-                    path, *settings)
+                LOADED[key] = model_class(path, *settings)
             return LOADED[key]
 
     def __call__(self, texts, max_length=None) -> dict:
