@@ -607,10 +607,11 @@ def check_inputs(recipe: dict):
 
 
 def check_student(recipe: dict) -> None:
-    """A distill student given as a path is there and whole (a hub id is tried by its stage)."""
-    student = (recipe.get("distill") or {}).get("student", "teacher") if "distill" in recipe["stages"] else "teacher"
-    if student != "teacher" and not assets.is_asset(student) and looks_local(student):
-        resolve_model(student)
+    """A distill student or augment_model given as a path is there and whole (a hub id is tried by its stage)."""
+    settings = (recipe.get("distill") or {}) if "distill" in recipe["stages"] else {}
+    for spec in (settings.get("student", "teacher"), settings.get("augment_model", "")):
+        if spec and spec != "teacher" and not assets.is_asset(spec) and looks_local(spec):
+            resolve_model(spec)
 
 
 def tell_data(splits, progress: bool) -> None:

@@ -212,7 +212,8 @@ def _check_together(recipe: dict) -> list:
     if "distill" in order:
         d = recipe["distill"]
         errors += [p for p in (distill.loss_problem(d["intermediate_epochs"], {k: d[k] for k in distill.INTERMEDIATE}),
-                               distill.student_problem(d["student"], d["student_config"])) if p]
+                               distill.student_problem(d["student"], d["student_config"]),
+                               distill.augment_problem(d["augment"], d["augment_model"])) if p]
     if problem := data.pair_problem(recipe["data"]["source"], recipe["data"].get("text_pair_column", "")):
         errors.append(problem)
     if recipe["data"].get("text_pair_column"):  # transfer texts are single texts

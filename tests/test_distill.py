@@ -280,3 +280,40 @@ def test_augmentation_uses_a_masked_lm_head_when_the_folder_has_one(csv_file, tm
     assert source == "mlm" and extra
     cached = list((tmp_path / "cache" / "augment").glob("*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text())["source"] == "mlm"
+
+
+def test_augment_model_gives_masked_lm_words_when_a_finetune_stage_wrote_the_teacher(tmp_path, monkeypatch):
+    """The finetune stage's classifier has no MLM head (augmentation fell back to embedding neighbours);
+    augment_model names a masked-LM of another family and vocabulary, whose candidates replace whole words."""
+    from transformers import AutoModelForMaskedLM
+
+    from edgekit import pipeline, recipe
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    mlm = tmp_path / "mlm"
+    AutoModelForMaskedLM.from_config(testing.tiny_config("modernbert")).save_pretrained(mlm)  # byte-level BPE
+    testing.tiny_bpe().save_pretrained(mlm)
+    text = testing.tiny_recipe(testing.make_model_dir(tmp_path / "t"), testing.make_csv(tmp_path / "d.csv"),
+                               ("finetune", "distill"))
+    (tmp_path / "r.yaml").write_text(text)
+    sources = {}
+    for name, extra in (("own", []), ("mlm", [f"distill.augment_model={mlm}"])):  # the second reuses finetune
+        r = recipe.load(str(tmp_path / "r.yaml"), ["distill.augment=2", "distill.augment_p=0.5", "distill.epochs=1",
+                                                   *extra])
+        manifest = pipeline.run(r, tmp_path / "run", progress=False)
+        metrics = {s["name"]: s for s in manifest["stages"]}["distill"]["output"]["metrics"]
+        sources[name] = metrics["augment_source"]
+        assert metrics["augmented_examples"] > 50
+    assert sources == {"own": "embedding", "mlm": "mlm"}
+
+
+def test_an_augment_model_folder_that_is_not_there_is_refused_before_any_stage(tmp_path):
+    from edgekit import pipeline, recipe
+
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(tmp_path / "t"),
+                                                         testing.make_csv(tmp_path / "d.csv"), ("finetune", "distill")))
+    r = recipe.load(str(tmp_path / "r.yaml"), ["distill.augment=1", f"distill.augment_model={tmp_path / 'gone'}"])
+    with pytest.raises(EdgekitError, match="gone"):
+        pipeline.run(r, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "finetune").exists()

@@ -101,6 +101,8 @@ def test_out_of_range_values_are_refused_before_anything_runs(override, message)
     (["quantize.mode={tflite: static}"], "; quantize.mode names tflite, which this run does not export (it exports "
                                          "onnx)"),  # was: only "has no mode for onnx", the tflite key not named
     (["distill.intermediate_epochs=1", "distill.cosine=0"], "distill.intermediate_epochs > 0 needs an intermediate loss"),
+    (["distill.augment=1", "distill.augment=0", "distill.augment_model=mpnet-base"],
+     "distill.augment_model is mpnet-base but distill.augment is 0, so no copies are made"),
 ])
 def test_settings_right_alone_and_wrong_together_are_refused_before_anything_runs(overrides, message):
     with pytest.raises(UsageError) as e:  # each used to pass validation and fail when its stage began

@@ -23,6 +23,10 @@ Two phases, TinyBERT-style, when intermediate_epochs > 0: the intermediate-layer
 hidden, pkd, cosine) alone for intermediate_epochs, then prediction-layer distillation (soft KD + CE) for epochs.
 
 `augment: N` adds up to N augmented copies of each training sentence (edgekit.augment; cached, size reported).
+Replacement words come from the teacher folder's masked-LM head, or its embedding neighbours without one;
+`augment_model` names another model for them (an asset, a folder or a hub id, any vocabulary: replacements are
+whole words). A finetune stage writes a classifier without the MLM head, so TinyBERT's setup (BERT-base's
+pretrained masked-LM proposing words) is `augment_model: bert-base-uncased`, or the folder the teacher came from.
 Teacher outputs are computed once: the logits always, the hidden states and attention maps the losses use too
 when their fp16 size fits in `cache_mb`; otherwise the teacher runs with each batch for those.
 `transfer: tweets-3class` (or a local .txt file, one text per line) adds `transfer_examples` texts without labels
@@ -62,7 +66,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         epochs: float = 2.0, intermediate_epochs: float = 0.0, lr: float = 1e-4, batch_size: int = 32,
         temperature: float = 2.0, alpha: float = 0.5, cosine: float = 1.0, embedding: float = 0.0,
         attention: float = 0.0, hidden: float = 0.0, pkd: float = 0.0, projection: bool = True, augment: int = 0,
-        augment_p: float = 0.3, augment_k: int = 15, warmup: float = 0.1, weight_decay: float = 0.01,
+        augment_p: float = 0.3, augment_k: int = 15, augment_model: str = "", warmup: float = 0.1,
+        weight_decay: float = 0.01,
         checkpoint_every: int = 100, cache_teacher: bool = True, cache_mb: int = 1024,
         student_finetune: float = 0.0, transfer: str = "", transfer_examples: int = 10000) -> Artifact:
     weights = {"kd": alpha, "ce": 1 - alpha, "cosine": cosine, "embedding": embedding, "attention": attention,
@@ -91,8 +96,14 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     if augment:
         from edgekit import augment as augmenting
 
-        extra, notes["augment_source"] = augmenting.augment(artifact.path, t_tok, examples, augment, augment_p,
-                                                            augment_k, ctx.seed, ctx.progress)
+        source, a_tok = artifact.path, t_tok
+        if augment_model:
+            from edgekit.pipeline import resolve_model
+
+            source = resolve_model(augment_model).path
+            a_tok = families.load_tokenizer(source)
+        extra, notes["augment_source"] = augmenting.augment(source, a_tok, examples, augment, augment_p, augment_k,
+                                                            ctx.seed, ctx.progress)
         examples += extra
         notes["augmented_examples"] = len(extra)
     if transfer:
@@ -151,6 +162,14 @@ def loss_problem(intermediate_epochs: float, weights: dict) -> str:
 def eval_texts(ctx) -> list:
     """The run's validation and test sentences: never part of a transfer set, even without their labels."""
     return [t for t, _ in ctx.splits.validation + ctx.splits.test]
+
+
+def augment_problem(augment: int, augment_model: str) -> str:
+    """'' or why augment_model cannot work; edgekit.recipe asks before any stage runs."""
+    if augment_model and not augment:
+        return (f"distill.augment_model is {augment_model} but distill.augment is 0, so no copies are made; set "
+                f"augment: N (copies per sentence) or drop augment_model")
+    return ""
 
 
 def student_problem(student: str, student_config: dict | None) -> str:
