@@ -510,6 +510,21 @@ TRAINING = ("finetune", "distill", "prune")  # they learn from the training spli
 RESUME_ONLY = ("checkpoint_every",)  # how often a stage saves, not what it makes
 
 
+FILE_SETTINGS = ("student", "augment_model", "init_from", "transfer")  # may name a model folder or a file here
+
+
+def local_prints(settings: dict) -> dict:
+    """The contents of the local folders and files a stage's settings name (a student, an augment_model, init_from
+    weights, a transfer .txt), so that editing one re-runs the stage; asset names and hub ids key by name."""
+    prints = {}
+    for k in FILE_SETTINGS:
+        spec = settings.get(k)
+        if isinstance(spec, str) and spec not in ("", "teacher") and not assets.is_asset(spec) \
+                and (path := Path(spec).expanduser()).exists():
+            prints[k] = fingerprint(path)
+    return prints
+
+
 def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, splits: data.Splits, recipe: dict,
               legacy: bool = False) -> str:
     """What a stage's output depends on. A training stage keys on the training split only (plus the evaluation
@@ -524,6 +539,7 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
     return hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, data_print, recipe["seed"],
                                       recipe["max_length"], edgekit.__version__]
                                      + ([recipe["targets"]] if name in ("export", "quantize") else [])
+                                     + ([local] if not legacy and (local := local_prints(settings)) else [])
                                      + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else []),
                                      sort_keys=True, default=str).encode()).hexdigest()
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import edgekit
-from edgekit import cli, devices, gate, pipeline, recipe
+from edgekit import cli, devices, gate, pipeline, recipe, testing
 from edgekit.errors import EdgekitError
 
 
@@ -313,3 +313,23 @@ def test_a_teacher_with_unnamed_labels_used_without_finetune_gives_artifacts_the
     assert m["data"]["labels"] == ["neg", "pos"] and list(student["id2label"].values()) == ["neg", "pos"]
     assert exported["labels"] == ["neg", "pos"]
     assert edgekit.load(tmp_path / "run")(["a good film"])["labels"][0] in ("neg", "pos")
+
+
+def test_editing_a_local_folder_or_file_a_setting_names_reruns_its_stage(model_dir, csv_file, tmp_path):
+    """distill.student (and augment_model, init_from, a transfer .txt) keyed the stage by its path alone: a student
+    folder saved again with other weights, or an edited transfer file, reused the old stage's output."""
+    student = testing.make_model_dir(tmp_path / "student", layers=2)
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(testing.tiny_recipe(model_dir, csv_file, ("distill", "export")))
+    out, over = tmp_path / "run", (f"distill.student={student}", "distill.layers=all", "distill.epochs=1")
+    first = run(recipe_file, out, *over)
+    assert [s["reused"] for s in run(recipe_file, out, *over)["stages"]] == [True, True]
+    testing.make_model_dir(student, layers=2, seed=1)  # the same folder, other weights
+    again = run(recipe_file, out, *over)
+    assert [s["reused"] for s in again["stages"]] == [False, False]
+    assert again["stages"][0]["files"] != first["stages"][0]["files"]
+    texts = tmp_path / "more.txt"
+    texts.write_text("a plain line\nanother plain line\n")
+    prints = pipeline.local_prints({"transfer": str(texts), "student": "teacher", "augment_model": "minilm-l6"})
+    texts.write_text("a plain line\nan edited line\n")
+    assert list(prints) == ["transfer"] and pipeline.local_prints({"transfer": str(texts)}) != prints
