@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from edgekit import gate, pipeline, recipe as recipes
+from edgekit import assets, gate, pipeline, recipe as recipes
 from edgekit.artifact import write_json
 from edgekit.errors import EdgekitError, UsageError
 
@@ -648,6 +648,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
     manifest, run = gate.load_manifest(Path(run))
     spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
     path = model_file(run, manifest, model or spec.get("model"))
+    sha = assets.sha256_file(path)  # what is measured: merge checks the run still holds it
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
         job = Path(tmp)
         try:
@@ -662,7 +663,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
             check_result(target, result, spec)
         except EdgekitError as e:
             merge(run, target, {"kind": spec["kind"], "model": str(path.relative_to(run)) if path.is_relative_to(run)
-                                else str(path), "complete": False, "error": str(e), "at": time.time()})
+                                else str(path), "complete": False, "error": str(e), "at": time.time()}, sha)
             raise
     predictions = result.pop("predictions", None)
     metrics = metrics_of(result, manifest)
@@ -672,17 +673,23 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
              "budgets": pipeline.check_budgets(spec.get("budgets") or {}, metrics)}
     if predictions is not None:
         entry["predictions"] = predictions
-    merge(run, target, entry)
+    merge(run, target, entry, sha)
     return entry
 
 
-def merge(run: Path, target: str, entry: dict) -> None:
+def merge(run: Path, target: str, entry: dict, sha: str = None) -> None:
     """Write the entry under devices.<target>, holding the run's lock: another bench's merge takes a moment, so
-    wait for it; a compress holds it for as long as it runs, and rewrites the manifest when it ends."""
-    held = pipeline.lock(run, wait_s=MERGE_WAIT_S, busy=f"this {'result' if entry.get('complete') else 'failure'} of target "
-                         f"{target} was not saved; run edgekit bench again when it has finished")
+    wait for it; a compress holds it for as long as it runs, and rewrites the manifest when it ends. `sha`: the
+    measured file's; a run whose manifest now records another file there (a compress ran meanwhile) is not given
+    the old file's numbers."""
+    what = f"this {'result' if entry.get('complete') else 'failure'} of target {target} was not saved"
+    held = pipeline.lock(run, wait_s=MERGE_WAIT_S, busy=f"{what}; run edgekit bench again when it has finished")
     try:
         manifest = json.loads((run / "manifest.json").read_text())
+        files = {rel: digest for stage in manifest.get("stages", []) for rel, digest in stage.get("files", {}).items()}
+        if sha and entry["model"] in files and files[entry["model"]] != sha:
+            raise EdgekitError(f"{entry['model']} changed while target {target} ran (a compress into {run} rewrote "
+                               f"it); {what}, as it measured the file before; run edgekit bench again")
         manifest.setdefault("devices", {})[target] = entry
         write_json(run / "manifest.json", manifest)
     finally:

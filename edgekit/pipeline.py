@@ -158,15 +158,28 @@ def foreign_folders(out: Path) -> list:
     """Names in `out` that look like stage folders (NN-stage, NN-stage.partial) that no edgekit run made: the
     manifest lists its stages' folders, and a stopped stage's `.partial` holds its `.key`. A run replaces and
     removes stage folders, so it must never meet one of these (a user's folder, a symlink)."""
-    made = made_here(read_manifest(out / "manifest.json"))
+    made = listed_folders(out / "manifest.json")
     return [p.name for p in sorted(out.glob("[0-9][0-9]-*")) if p.name.removesuffix(".partial")[3:] in stages.NAMES
-            and (p.is_symlink() or not p.is_dir() or (p.name not in made and not (p / ".key").is_file()))]
+            and (p.is_symlink() or not p.is_dir()
+                 or (p.name.removesuffix(".partial") not in made and not (p / ".key").is_file()))]
 
 
 def made_here(manifest: dict) -> set:
-    """The stage folders a run's manifest lists: its stages', and an earlier recipe's it has not removed yet."""
+    """The stage folders a run's manifest lists: its stages', and those on disk it has not listed as its own yet (an
+    earlier run's, the one being made)."""
     return ({f"{i:02d}-{s.get('name')}" for i, s in enumerate(manifest.get("stages", []), 1)}
             | set(manifest.get("earlier_stages", [])))
+
+
+def listed_folders(path: Path) -> set:
+    """The stage folders the manifest at `path` lists, read from any manifest edgekit wrote, also one of another
+    schema or one that fails validation: it is not used to skip work here, only to know which folders a run made."""
+    try:
+        manifest = json.loads(path.read_text())
+        names = made_here(manifest)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+        return set()
+    return {n for n in names if isinstance(n, str)}
 
 
 def lock(out: Path, wait_s: float = 0, busy: str = "wait for it to finish or choose another --out"):
@@ -204,9 +217,13 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
     try:
         from transformers import AutoConfig
 
-        source = resolve_model(recipe["teacher"])
+        named = recipe["data"]["source"]  # a local file as the manifest records it: edgekit bench reads it from anywhere
+        if named not in data.DATASETS and (file := Path(named).expanduser()).is_file():
+            recipe = {**recipe, "data": {**recipe["data"], "source": str(file.resolve())}}
+        loaded = data.load(seed=recipe["seed"], **recipe["data"])  # before the teacher: bad data is said at once,
+        source = resolve_model(recipe["teacher"])  # not after fetching a model asset
         config = AutoConfig.from_pretrained(source.path)  # read once for the label checks
-        splits = in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), families.label_names(config))
+        splits = in_teacher_order(loaded, families.label_names(config))
         check_student(recipe)
         check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
@@ -384,8 +401,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                          "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
                 "stages": [], "final": None, "budgets": []}
     ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
-    if earlier := sorted(made_here(previous) - ours):  # removed when this run finishes; listed until then
-        manifest["earlier_stages"] = earlier
+    known = listed_folders(out / "manifest.json")  # an earlier run's folders: listed until this run replaces or
+    # removes them, so that a run stopped (or failed) half-way leaves none that the next would refuse as not made here
     ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"])
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
@@ -396,6 +413,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         key, legacy = (stage_key(name, settings, input_print, teacher_print, splits, recipe, legacy=flag)
                        for flag in (False, True))
         stage_dir = out / f"{i:02d}-{name}"
+        manifest["earlier_stages"] = sorted((known | {stage_dir.name}) - made_here({"stages": manifest["stages"]}))
+        write_json(out / "manifest.json", manifest)  # before the stage: a stop inside it leaves its folder listed
         entry = reusable(previous, i - 1, name, (key, legacy), out)
         if not entry and shared:
             entry = from_shared(shared, key, stage_dir)
@@ -440,8 +459,9 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
     files = {rel: sha for s in manifest["stages"] for rel, sha in s["files"].items()}
     before = {rel: sha for s in previous.get("stages", []) for rel, sha in s["files"].items()}
+    same_data = (previous.get("data") or {}).get("fingerprint") == manifest["data"]["fingerprint"]  # their accuracy
     kept = {name: d for name, d in (previous.get("devices") or {}).items()  # `edgekit bench` results of the same file
-            if d.get("model") in files and files[d["model"]] == before.get(d["model"])}
+            if same_data and d.get("model") in files and files[d["model"]] == before.get(d["model"])}
     if kept:
         manifest["devices"] = kept
     for old in sorted(p for p in out.glob("[0-9][0-9]-*") if p.is_dir()):  # an earlier recipe's stages (run() has
@@ -525,6 +545,15 @@ def local_prints(settings: dict) -> dict:
     return prints
 
 
+def canonical(value):
+    """Numbers as one value each: 2 and 2.0 key alike (a recipe's `temperature: 2` against the default 2.0)."""
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, splits: data.Splits, recipe: dict,
               legacy: bool = False) -> str:
     """What a stage's output depends on. A training stage keys on the training split only (plus the evaluation
@@ -536,6 +565,8 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
     else:
         data_print = splits.fingerprint(evaluation=bool(settings.get("transfer")))
         settings = {k: v for k, v in settings.items() if k not in RESUME_ONLY}
+    if not legacy:
+        settings = canonical(settings)
     return hashlib.sha256(json.dumps([name, settings, input_print, teacher_print, data_print, recipe["seed"],
                                       recipe["max_length"], edgekit.__version__]
                                      + ([recipe["targets"]] if name in ("export", "quantize") else [])

@@ -9,8 +9,9 @@ from edgekit import cli, testing
 from edgekit.errors import EdgekitError
 
 
-def edgekit(*args):
-    return subprocess.run([sys.executable, "-m", "edgekit.cli", *args], capture_output=True, text=True)
+def edgekit(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "edgekit.cli", *args], capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_recipes_list_and_show():
@@ -61,9 +62,9 @@ def test_errors_of_ranks_after_the_first_say_which_rank(monkeypatch, capsys):
 def test_runtime_errors_exit_1_and_verbose_shows_the_traceback(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     args = ["compress", "--data", str(tmp_path / "empty.csv"), "--out", str(tmp_path / "o")]
-    done = edgekit(*args)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "empty.csv is empty" in done.stderr
-    assert not (tmp_path / "o").exists()
+    done = edgekit(*args, env={"EDGEKIT_CACHE": str(tmp_path / "cold")})  # on a fresh machine: was a 90 MB fetch
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "empty.csv is empty" in done.stderr  # first
+    assert not (tmp_path / "o").exists() and not any((tmp_path / "cold").rglob("*.whl"))
     verbose = edgekit("-v", *args)
     assert "Traceback" in verbose.stderr and verbose.returncode == 1
     verbose = edgekit("-v", "recipes", "show", "nope")  # a usage error stays exit 2 with -v (was 1: uncaught)

@@ -660,3 +660,26 @@ def test_a_moved_run_whose_data_file_is_gone_says_so(tmp_path):
     (tmp_path / "r.csv").unlink()
     with pytest.raises(EdgekitError, match=r"the run's data file .*r.csv is not there any more .*put the file back"):
         devices.bench(tmp_path / "run", "local", progress=False)  # was: "dataset ... not found; give rt-polarity"
+
+
+def test_a_result_for_a_file_a_compress_rewrote_meanwhile_is_not_merged(run, tmp_path, monkeypatch, capsys):
+    """edgekit bench measured the old file while a compress into the run wrote a new one; the old file's numbers
+    were merged under the new final model, and gate --target passed on them."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    file = targets_file(tmp_path, {"there": {"kind": "local", "runs": 3, "warmup": 1}})
+    real = devices.run_local
+
+    def compress_meanwhile(*args):
+        result = real(*args)
+        m = manifest(copy)
+        final = m["final"]["path"]
+        for stage in m["stages"]:
+            if final in stage["files"]:
+                stage["files"][final] = "0" * 64  # the new file's hash, as the compress records it
+        (copy / "manifest.json").write_text(json.dumps(m))
+        return result
+    monkeypatch.setattr(devices, "run_local", compress_meanwhile)
+    assert cli.main(["bench", str(copy), "--target", "there", "--targets", str(file), "--quiet"]) == 1
+    assert "changed while target there ran" in capsys.readouterr().err
+    assert "there" not in manifest(copy).get("devices", {})

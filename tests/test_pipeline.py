@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import edgekit
-from edgekit import cli, devices, gate, pipeline, recipe, testing
+from edgekit import cli, data, devices, gate, pipeline, recipe, testing
 from edgekit.errors import EdgekitError
 
 
@@ -68,6 +68,10 @@ def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_
     changed = run(tiny_recipe, out, "distill.epochs=1")
     assert [s["reused"] for s in changed["stages"]] == [True, False, False, False, False, False]
     assert "devices" not in changed  # another model: the old device numbers are not its
+    (out / "manifest.json").write_text(json.dumps(dict(changed, devices={"pi": dict(benched, model=changed["final"]
+                                                                                     ["path"])})))
+    fewer = run(tiny_recipe, out, "distill.epochs=1", "data.max_eval=10")
+    assert fewer["final"]["path"] == changed["final"]["path"] and "devices" not in fewer  # its accuracy: other text
 
 
 def test_a_moved_run_quantizes_torchscript_again_and_its_sidecars_name_no_build_path(tiny_recipe, tmp_path):
@@ -122,7 +126,8 @@ def test_a_different_recipe_into_the_same_folder_removes_the_earlier_recipes_sta
             pipeline.run(second, out, progress=False)
     finally:
         pipeline.stages.entry = real
-    assert json.loads((out / "manifest.json").read_text())["earlier_stages"] == ["02-quantize", "03-evaluate"]
+    assert json.loads((out / "manifest.json").read_text())["earlier_stages"] == ["02-evaluate", "02-quantize",
+                                                                              "03-evaluate"]  # and the one being made
     m = pipeline.run(recipe.load(str(path)), out, progress=False)
     assert [s["reused"] for s in m["stages"]] == [True, False] and "earlier_stages" not in m
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["01-export", "02-evaluate", "07-notes"]
@@ -333,3 +338,56 @@ def test_editing_a_local_folder_or_file_a_setting_names_reruns_its_stage(model_d
     prints = pipeline.local_prints({"transfer": str(texts), "student": "teacher", "augment_model": "minilm-l6"})
     texts.write_text("a plain line\nan edited line\n")
     assert list(prints) == ["transfer"] and pipeline.local_prints({"transfer": str(texts)}) != prints
+
+
+@pytest.mark.parametrize("stop", ["in_a_changed_stage", "after_a_stage_before_its_manifest", "with_an_error",
+                                  "manifest_of_another_schema"])
+def test_a_run_stopped_half_way_leaves_a_folder_the_same_command_finishes(model_dir, csv_file, tmp_path, stop):
+    """A re-run stopped inside a changed stage, one stopped between a stage's rename and the manifest that lists
+    it, or one that failed, left stage folders the next run refused as 'not made by an edgekit run here' (the
+    manifest listed only the stages done so far); so did a manifest edgekit could not use to reuse stages."""
+    path, out = tmp_path / "r.yaml", tmp_path / "run"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune", "distill", "export")))
+    first = run(path, out)
+    real_entry, real_stage = pipeline.stages.entry, pipeline.run_stage
+
+    def entry(name):
+        @functools.wraps(real_entry(name))  # the recipe is bound to its signature
+        def fail(*args, **kwargs):
+            raise KeyboardInterrupt if stop == "in_a_changed_stage" else EdgekitError("distill failed")
+        return fail if name == "distill" and stop != "after_a_stage_before_its_manifest" else real_entry(name)
+
+    def stage_then_stop(name, *args, **kwargs):
+        result = real_stage(name, *args, **kwargs)
+        if name == "finetune" and stop == "after_a_stage_before_its_manifest":
+            raise KeyboardInterrupt  # a signal after 01-finetune is renamed, before the manifest lists it
+        return result
+    if stop == "manifest_of_another_schema":
+        (out / "manifest.json").write_text((out / "manifest.json").read_text().replace('"schema": 1', '"schema": 2'))
+    else:
+        if stop == "after_a_stage_before_its_manifest":  # the first run into a folder: no earlier manifest
+            shutil.rmtree(out)
+        pipeline.stages.entry, pipeline.run_stage = entry, stage_then_stop
+        try:
+            with pytest.raises((KeyboardInterrupt, EdgekitError)):
+                run(path, out, "distill.temperature=3")
+        finally:
+            pipeline.stages.entry, pipeline.run_stage = real_entry, real_stage
+    assert pipeline.foreign_folders(out) == []
+    again = run(path, out)  # was: --out holds 02-distill, 03-export, named like a stage but not made by an edgekit run
+    assert again["status"] == "complete" and again["final"]["path"] == first["final"]["path"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["01-finetune", "02-distill", "03-export"]
+
+
+def test_numbers_key_alike_and_a_relative_data_path_is_recorded_whole(model_dir, csv_file, tmp_path, monkeypatch):
+    """distill.temperature=2 against the default 2.0 re-ran distillation; a data file named relative to the folder
+    compress ran in was recorded so, and edgekit bench from another folder said it was not there any more."""
+    monkeypatch.chdir(csv_file.parent)
+    path, out = tmp_path / "r.yaml", tmp_path / "run"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file.name, ("distill", "export")))
+    first = run(path, out)
+    assert first["recipe"]["data"]["source"] == str(csv_file.resolve()) == first["data"]["source"]
+    again = run(path, out, "distill.temperature=2", "distill.epochs=3.0")  # the tiny recipe's 3; the default 2.0
+    assert [s["reused"] for s in again["stages"]] == [True, True]
+    monkeypatch.chdir(tmp_path.parent)
+    assert pipeline.context_of(out, progress=False)[1].splits.test == data.load(str(csv_file)).test
