@@ -201,3 +201,25 @@ def test_the_pareto_plot_draws_each_recipes_accuracy_target(tmp_path, monkeypatc
     headline.plot(stored["recipes"], tmp_path / "p.png")
     teachers = [r["rows"][0]["accuracy"] for r in stored["recipes"]]
     assert len(teachers) == 2 and drawn == pytest.approx([0.97 * t for t in teachers])
+
+
+def test_kept_interval_of_a_large_split_draws_in_parts_to_the_same_interval():
+    """2000 draws x every example at once: a 100k-sentence test split took 1.7 GB for this interval alone."""
+    import tracemalloc
+
+    import numpy as np
+
+    from edgekit.stages import evaluate
+
+    rng = np.random.default_rng(1)
+    teacher = rng.random(3000) < 0.85
+    model = teacher & (rng.random(3000) < 0.97)
+    index = np.random.default_rng(0).integers(0, 3000, (2000, 3000))  # the whole draw at once, as it was made
+    ratio = model[index].sum(1) / np.maximum(teacher[index].sum(1), 1)
+    assert evaluate.kept_interval(model, teacher) == [round(float(q), 4) for q in np.percentile(ratio, [2.5, 97.5])]
+    big = rng.random(40_000) < 0.9
+    tracemalloc.start()
+    evaluate.kept_interval(big, big)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 100e6, peak  # was 2000 x 40k x 8 bytes = 640 MB

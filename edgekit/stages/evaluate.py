@@ -119,6 +119,9 @@ def kept_interval(hits: list, teacher_hits: list, draws: int = 2000, seed: int =
     m, t = np.asarray(hits, bool), np.asarray(teacher_hits, bool)
     if len(m) != len(t) or not len(m):
         raise ValueError(f"per-example results for {len(m)} and {len(t)} examples: score both on the same split")
-    index = np.random.default_rng(seed).integers(0, len(m), (draws, len(m)))
-    ratio = m[index].sum(1) / np.maximum(t[index].sum(1), 1)
-    return [round(float(q), 4) for q in np.percentile(ratio, [2.5, 97.5])]
+    rng, ratio = np.random.default_rng(seed), []
+    rows = max(1, min(draws, 2_000_000 // len(m)))  # draws at a time: 16 MB of indices, not draws x examples (100k
+    for start in range(0, draws, rows):  # test sentences took 1.7 GB); the same stream, so the same interval
+        index = rng.integers(0, len(m), (min(rows, draws - start), len(m)))
+        ratio.append(m[index].sum(1) / np.maximum(t[index].sum(1), 1))
+    return [round(float(q), 4) for q in np.percentile(np.concatenate(ratio), [2.5, 97.5])]
