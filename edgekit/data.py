@@ -70,6 +70,14 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     by_split = {"train": [], "validation": [], "test": []}
     for text, label, split in rows:
         by_split[split].append((text, label))
+    if not split_column:  # a class the hashed split put outside training (one of 1-2 rows) trains on its first row
+        have = {label for _, label in by_split["train"]}
+        for split in ("validation", "test"):
+            for row in list(by_split[split]):
+                if row[1] not in have:
+                    have.add(row[1])
+                    by_split[split].remove(row)
+                    by_split["train"].append(row)
     if not by_split["train"]:
         raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
     names = sorted({label for _, label in by_split["train"]}, key=_label_order)
@@ -85,7 +93,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         unseen = sorted({label for _, label in by_split[split]} - set(ids))
         if unseen:
             raise EdgekitError(f"{split} labels never seen in training: {', '.join(unseen[:5])}; "
-                               f"training has {', '.join(names[:10])}")
+                               f"training has {', '.join(names[:10])}; mark a row of each as train in the "
+                               f"{split_column!r} column, or drop their rows")
     counts = Counter(label for _, label, _ in rows)
     stats = {"rows": len(rows) + (skipped or 0), "skipped": skipped,
              "splits": {s: len(rows_) for s, rows_ in by_split.items()}, "classes": {n: counts[n] for n in names}}
@@ -185,10 +194,14 @@ def warnings(splits: Splits) -> list:
             out.append(f"labels {_quoted(group)} are the same number written differently: they are separate "
                        f"classes; write them one way if they are one class")
     total = sum(classes.values())
-    for name, n in classes.items():
-        if n < 5 or n < total / 100:
-            out.append(f"class '{name}' has {n} row{'s' if n != 1 else ''} ({100 * n / total:.1f}% of {total}); "
-                       f"check its label for a typo or a stray field, or add rows of it")
+    rare = [(name, n) for name, n in classes.items() if n < 5 or n < total / (20 * len(classes))]  # 1 in 20 of
+    # an even share (2.5% of two classes); a fixed 1% flagged every class of a 200-class set
+    for name, n in rare[:5]:
+        out.append(f"class '{name}' has {n} row{'s' if n != 1 else ''} ({100 * n / total:.1f}% of {total}); "
+                   f"check its label for a typo or a stray field, or add rows of it")
+    if len(rare) > 5:  # one line, not one per class of a 200-class set
+        out.append(f"{len(rare) - 5} more classes have under 5 rows or a twentieth of an even share: "
+                   f"{', '.join(repr(name) for name, _ in rare[5:15])}{', ...' if len(rare) > 15 else ''}")
     train = Counter(y for _, y in splits.train)
     top, n = max(train.items(), key=lambda item: item[1], default=(0, 0))
     if n and n >= 0.8 * len(splits.train):

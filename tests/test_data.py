@@ -73,8 +73,25 @@ def test_unseen_test_label_is_an_error(tmp_path):
     f = tmp_path / "d.csv"
     lines = [f"s{i},{'ab'[i % 2]},train" for i in range(20)] + ["x,c,test", "y,a,test"]
     f.write_text("text,label,split\n" + "\n".join(lines))
-    with pytest.raises(EdgekitError, match="test labels never seen in training: c"):
+    with pytest.raises(EdgekitError, match="test labels never seen in training: c; .* mark a row of each as train "
+                                           "in the 'split' column, or drop their rows"):
         data.load(str(f), split_column="split")
+
+
+def test_a_class_the_hashed_split_put_outside_training_trains_on_its_first_row(tmp_path):
+    """200 classes, 50 of them with 1-2 rows: about a fifth of those landed in validation or test alone, and the run
+    was refused ("test labels never seen in training")."""
+    rows = [f"common {i} {c},c{c}" for c in range(150) for i in range(6)]
+    rows += [f"rare {c} {i},r{c}" for c in range(50) for i in range(1 + c % 2)]
+    f = tmp_path / "d.csv"
+    f.write_text("text,label\n" + "\n".join(rows))
+    splits = data.load(str(f))
+    train = {splits.labels[y] for _, y in splits.train}
+    assert len(splits.labels) == 200 and train == set(splits.labels)
+    assert sum(len(x) for x in (splits.train, splits.validation, splits.test)) == len(rows)  # moved, none lost
+    assert len(splits.test) > 50  # the others stay where the hash put them
+    lines = data.warnings(splits)
+    assert sum(line.startswith("class ") for line in lines) == 5 and any("45 more classes" in x for x in lines)
 
 
 def test_missing_file_and_wrong_suffix(tmp_path):
