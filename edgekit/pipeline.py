@@ -668,23 +668,30 @@ def tell_data(splits, progress: bool) -> None:
         print(f"edgekit: warning: {warning}", file=sys.stderr, flush=True)
 
 
+TELL_SAMPLE = 20_000  # training texts tell_length tokenizes at most
+
+
 def tell_length(splits, source: Artifact, max_length: int, progress: bool) -> None:
     """How many training texts max_length cuts, by the teacher's tokenizer: a line with progress, a warning (always)
     when it is a tenth or more (long reviews at 128 tokens: the model never reads most of each)."""
     if source.kind != "hf":
         return
     tokenizer = families.load_tokenizer(source.path)
-    encoded = data.encode(tokenizer, splits.train, max_length, progress, "tokenize train")
+    step = -(-len(splits.train) // TELL_SAMPLE)  # every step-th text: on every run, reused or not, so a sample of a
+    about = "about " if step > 1 else ""  # large set (tokenizing 240k texts took a minute before each run)
+    encoded = data.encode(tokenizer, splits.train[::step], max_length, progress, "tokenize train")
     sep = tokenizer.sep_token_id
     if splits.pairs and sep is not None:  # a pair holds the template's separators; more: a text holds "[SEP]"
         template = tokenizer("a", "b")["input_ids"].count(sep)
-        if held := sum(ids.count(sep) > template for ids, _ in encoded):
-            print(f"edgekit: warning: {held} training pairs hold the separator's own text ({tokenizer.sep_token}), "
-                  f"which the tokenizer reads as a separator: the model sees more than two texts there; remove it "
-                  f"from the texts unless it is meant as one", file=sys.stderr, flush=True)
-    cut, total = data.cut_share(encoded, max_length)
-    line = f"{cut} of {total} training texts ({cut / total:.0%}) reach max_length {max_length} tokens and are cut there"
-    if cut >= 0.1 * total:
+        if held := sum(ids.count(sep) > template for ids, _ in encoded) * step:
+            print(f"edgekit: warning: {about}{held} training pairs hold the separator's own text "
+                  f"({tokenizer.sep_token}), which the tokenizer reads as a separator: the model sees more than two "
+                  f"texts there; remove it from the texts unless it is meant as one", file=sys.stderr, flush=True)
+    cut, sampled = data.cut_share(encoded, max_length)
+    share, total = cut / sampled, len(splits.train)
+    line = (f"{about}{min(cut * step, total)} of {total} training texts ({share:.0%}) reach max_length {max_length} "
+            f"tokens and are cut there")
+    if share >= 0.1:
         from transformers import AutoConfig
 
         most = min(512, families.max_tokens(AutoConfig.from_pretrained(source.path)))

@@ -252,7 +252,7 @@ def test_encoding_goes_in_chunks_with_the_same_ids_and_a_bar_for_large_sets(mode
     assert data.cut_share(whole, 8) == (sum(len(i) == 8 for i, _ in whole), len(whole))
 
 
-def test_a_run_says_how_many_training_texts_max_length_cuts(model_dir, tmp_path, capsys):
+def test_a_run_says_how_many_training_texts_max_length_cuts(model_dir, tmp_path, capsys, monkeypatch):
     from edgekit import pipeline, recipe, testing
 
     rows = [(f"take {i} " + " ".join(["good film"] * 20 if i % 2 else ["bad plot"]), "pos" if i % 2 else "neg")
@@ -263,6 +263,12 @@ def test_a_run_says_how_many_training_texts_max_length_cuts(model_dir, tmp_path,
     pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
     err = capsys.readouterr().err  # half the texts are 40 words long: a warning even without progress
     assert "warning: " in err and "%) reach max_length 32 tokens and are cut there; raise max_length" in err
+    seen = []
+    real = data.encode
+    monkeypatch.setattr(data, "encode", lambda tok, texts, *a, **k: seen.append(len(texts)) or real(tok, texts, *a, **k))
+    monkeypatch.setattr(pipeline, "TELL_SAMPLE", 40)  # a large set: a sample is tokenized before each run
+    pipeline.run(recipe.load(str(path)), tmp_path / "run", progress=False)
+    assert seen[0] <= 40 and "warning: about " in capsys.readouterr().err
 
 
 def test_float_and_transformers_default_labels_sort_numerically(tmp_path):
