@@ -352,7 +352,8 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out. With
     `pair_column` each text is the pair (text, text_pair), a row with either empty left out."""
     try:
-        text = path.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
+        with path.open(encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order
+            text = f.read()  # mark; a quoted field's \r\n stays (read_text made it \n, device_bench kept it)
     except UnicodeDecodeError:
         raise EdgekitError(f"dataset {path} is not UTF-8 text; convert it to UTF-8")
     settings = [(s, c) for s, c in (("text_column", text_column), ("label_column", label_column),
@@ -429,11 +430,39 @@ def _check_columns(path: Path, columns: list, used: dict) -> None:
                                f"(columns {', '.join(where[:-1])} and {where[-1]}); rename one")
 
 
+def _plain_tsv(text: str) -> bool:
+    """Every line has the header's number of tabs: no field is quoted across a tab or a line break, so a quote is
+    part of the text (as in GLUE's TSVs, read with quoting off)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bool(lines) and all(line.count("\t") == lines[0].count("\t") for line in lines)
+
+
+class _TsvReader:
+    """csv.reader's interface over a plain TSV: fields split on tabs, quotes kept, except a field quoted whole the
+    way pandas writes one ("a ""b"" c", every inner quote doubled), which is unquoted."""
+
+    def __init__(self, text: str):
+        self.lines, self.line_num = text.splitlines(), 0
+
+    def __iter__(self):
+        for self.line_num, line in enumerate(self.lines, 1):
+            yield [_unquoted(field) for field in line.split("\t")] if line.strip() else []
+
+
+def _unquoted(field: str) -> str:
+    inner = field[1:-1]
+    if len(field) >= 2 and field[0] == field[-1] == '"' and '"' not in inner.replace('""', ""):
+        return inner.replace('""', '"')
+    return field
+
+
 def _csv_records(path: Path, text: str, used: dict) -> list:
     """A CSV/TSV file's rows as {column: value}; a row with more fields than the header, or too few to reach a
     column in use, is refused: an unquoted comma (tab) in a text would shift its label."""
     sep, sep_name = ("\t", "tab") if path.suffix == ".tsv" else (",", "comma")
     reader = csv.reader(io.StringIO(text), delimiter=sep)
+    if sep == "\t" and _plain_tsv(text):  # GLUE's TSVs: quotes are text ('"Best film ever, 5" stars' lost them,
+        reader = _TsvReader(text)  # and one stray quote read the rest of the file as one field)
     header, records, line = None, [], 1
     try:
         for row in reader:

@@ -369,3 +369,21 @@ def test_a_class_with_most_training_rows_gets_a_majority_baseline_warning(tmp_pa
                                 f"answers 'neg' scores about {share} accuracy; compare accuracy against that share"]
     f = rows_csv(tmp_path, [f"s{i},{'neg' if i % 4 else 'pos'}" for i in range(2000)])
     assert data.warnings(data.load(str(f))) == []  # 75%: no warning
+
+
+def test_a_plain_tsv_keeps_its_quotes_as_text_and_crlf_in_a_quoted_csv_field_stays(tmp_path):
+    """GLUE's TSVs are read with quoting off: '"Best film ever, 5" stars' lost its quotes, and one stray quote at a
+    field's start read the rest of the file as one field (refused as a missing tab). A field quoted whole the way
+    pandas writes one is still unquoted. A CSV field's quoted \\r\\n became \\n (device_bench kept it)."""
+    rows = [f"plain text {i}\t{'ab'[i % 2]}" for i in range(30)]
+    rows[3] = '"Best film ever, 5" stars\tb'
+    rows[4] = '"a stray quote\ta'
+    rows[5] = '"He said ""hi"" twice"\tb'
+    (tmp_path / "d.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    splits = data.load(str(tmp_path / "d.tsv"), text_column="sentence")
+    texts = {t for t, _ in splits.train + splits.validation + splits.test}
+    assert len(texts) == 30 and {'"Best film ever, 5" stars', '"a stray quote', 'He said "hi" twice'} <= texts
+    (tmp_path / "d.csv").write_bytes(b"text,label\r\n" + b"".join(
+        b'"line one\r\nline two %d",%s\r\n' % (i, b"ab"[i % 2:i % 2 + 1]) for i in range(20)))
+    splits = data.load(str(tmp_path / "d.csv"))
+    assert splits.labels == ["a", "b"] and all("\r\n" in t for t, _ in splits.train)

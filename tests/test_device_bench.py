@@ -206,3 +206,23 @@ def test_labelled_csv_labels_are_read_as_edgekit_compress_reads_them(tmp_path):
     path = tmp_path / "test.csv"  # was: "labels the model does not know (pos )", the space unseen
     path.write_text("text,label\ngood film,pos \nbad film, ne\u0301g\n", encoding="utf-8")
     assert runner.read_labelled(path, ["n\u00e9g", "pos"], "text", "label") == (["good film", "bad film"], [1, 0])
+
+
+def test_the_runner_reads_tsv_and_jsonl_as_compress_does(tmp_path):
+    """--data took CSV only: a TSV or JSONL file (which compress reads) failed with 'needs a header with columns
+    text, label' though they were there; a plain TSV's quotes are text there as in compress."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "device_bench"))
+    try:
+        from device_bench import runner
+    finally:
+        sys.path.pop(0)
+    rows = [('"Best film ever, 5" stars', "pos"), ("a plain one", "neg"), ('"He said ""hi"""', "pos")]
+    (tmp_path / "d.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+    read = {}
+    for name in ("d.tsv", "d.jsonl"):
+        compress = data._read_file(tmp_path / name, "text", "label", "")[0]
+        read[name], ids = runner.read_labelled(tmp_path / name, ["neg", "pos"], "text", "label")
+        assert read[name] == [t for t, _, _ in compress] and ids == [1, 0, 1], name
+    assert read["d.tsv"] == ['"Best film ever, 5" stars', "a plain one", 'He said "hi"']  # pandas' quoting undone
+    assert read["d.jsonl"] == [t for t, _ in rows]

@@ -12,6 +12,7 @@ Unknown sidecar keys are ignored.
 """
 import argparse
 import csv
+import io
 import json
 import os
 import platform
@@ -275,14 +276,30 @@ def int8_isa(text: str = "") -> str:
     return next((name for flag, name in INT8_ISA if flag in flags), "")
 
 
+def unquoted(field: str) -> str:
+    """A plain TSV's field quoted whole the way pandas writes one ("a ""b"" c") unquoted; other quotes are text."""
+    inner = field[1:-1]
+    if len(field) >= 2 and field[0] == field[-1] == '"' and '"' not in inner.replace('""', ""):
+        return inner.replace('""', '"')
+    return field
+
+
 def read_labelled(path: Path, labels: list, text_column: str, label_column: str, pair_column: str = "") -> tuple:
-    """(texts, label ids) from a CSV with a header; labels by name, or by index when the file uses integers. With
-    `pair_column` (a model for text pairs) each text is the pair (text, text_pair)."""
+    """(texts, label ids) from a CSV, TSV or JSONL file as edgekit compress reads them; labels by name, or by index
+    when the file uses integers. With `pair_column` (a model for text pairs) each text is the pair (text, text_pair)."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV with columns "
+            text = f.read()
+        if path.suffix == ".jsonl":
+            rows = [{k: "" if v is None else str(v) for k, v in json.loads(line).items()}
+                    for line in text.splitlines() if line.strip()]
+        elif path.suffix == ".tsv" and len({line.count("\t") for line in text.splitlines() if line.strip()}) == 1:
+            lines = [[unquoted(x) for x in line.split("\t")] for line in text.splitlines() if line.strip()]
+            rows = [dict(zip(lines[0], line)) for line in lines[1:]]  # GLUE's TSVs: quotes are text
+        else:
+            rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ","))
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError, AttributeError) as e:
+        raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV, TSV or JSONL file with columns "
                          f"{text_column},{label_column}")
     columns = [text_column] + ([pair_column] if pair_column else []) + [label_column]
     if not rows or any(c not in rows[0] for c in columns):
@@ -379,7 +396,7 @@ def parser():
     p = Parser(prog="python -m device_bench", description=__doc__.split("\n")[0])
     p.add_argument("model", help="an .onnx or .tflite file with model.json and its tokenizer beside it")
     p.add_argument("--meta", help="the model.json (default: beside the model)")
-    p.add_argument("--data", help="a labelled CSV: accuracy, tokenized here")
+    p.add_argument("--data", help="a labelled CSV, TSV or JSONL file: accuracy, tokenized here")
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
     p.add_argument("--text-pair-column", default="", help="a model for text pairs: the second text's column "
