@@ -32,6 +32,9 @@ def test_cached_teacher_outputs_equal_a_live_teacher(model_dir, csv_file):
                        output_attentions=True)
     cached = distill.gather(cache, batch["index"])
     assert torch.allclose(cached["logits"], live.logits, atol=1e-5)
+    lengths = [len(ids) for ids, _ in encoded]  # one buffer per kind, of the size cache_mb counts (not one per
+    assert cache["logits"].shape == (40, 2) and cache["hidden"][4].buffer.numel() == sum(lengths) * 32  # example)
+    assert cache["attention"][1].buffer.numel() == sum(n * n for n in lengths) * 4
     real = batch["attention_mask"].bool()
     for k in (0, 4):  # fp16 storage
         assert torch.allclose(cached["hidden"][k][real], live.hidden_states[k][real], atol=1e-2)

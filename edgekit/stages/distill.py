@@ -41,6 +41,7 @@ the student exactly, and the student starts from them.
 distillation starts from a task model rather than a random classifier head: a fine-tuned minilm-l6 start lifted
 its 4-layer student under mpnet-base from 0.8364 to 0.8447 (bench/distill_targets.py, four-kd).
 """
+import math
 import shutil
 from pathlib import Path
 
@@ -320,27 +321,51 @@ class TeacherView:
                 "attention": {k: v.to(device) for k, v in out["attention"].items()}}
 
 
+class Packed:
+    """Per-example tensors of varying length in one buffer (one allocation, not one per example: 80k small tensors
+    left 455 MB to the allocator); `packed[i]` is example i's view, shaped `shape(n)` for its n tokens."""
+
+    def __init__(self, lengths: list, shape):
+        self.lengths, self.shape, self.starts = lengths, shape, [0]
+        for n in lengths:
+            self.starts.append(self.starts[-1] + math.prod(shape(n)))
+        self.buffer = None
+
+    def put(self, i: int, value) -> None:
+        if self.buffer is None:  # the first value says the dtype
+            self.buffer = torch.empty(self.starts[-1], dtype=value.dtype)
+        self.buffer[self.starts[i]:self.starts[i + 1]] = value.reshape(-1)
+
+    def __getitem__(self, i: int):
+        return self.buffer[self.starts[i]:self.starts[i + 1]].view(self.shape(self.lengths[i]))
+
+
 def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=(), progress: bool = True) -> dict:
-    """Teacher outputs for every training example, once: logits, and in fp16 the hidden states `hidden`
-    (0 = embeddings, i + 1 = after layer i) and attention maps of layers `attention`, each cut to the example's
-    real tokens: {"lengths", "logits": [tensor], "hidden": {k: [[len, width]]}, "attention": {g: [[heads, len, len]]}}"""
+    """Teacher outputs for every training example, once: logits [examples, labels], and in fp16 the hidden states
+    `hidden` (0 = embeddings, i + 1 = after layer i) and attention maps of layers `attention`, each cut to the
+    example's real tokens: {"lengths", "logits", "hidden": {k: Packed of [len, width]}, "attention": {g: Packed of
+    [heads, len, len]}}"""
     from tqdm import tqdm
 
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))  # similar lengths: little padding
-    out = {"lengths": [len(ids) for ids, _ in encoded], "logits": [None] * len(encoded), "hidden": {k: [None] * len(encoded) for k in hidden},
-           "attention": {g: [None] * len(encoded) for g in attention}}
+    lengths = [len(ids) for ids, _ in encoded]
+    width, heads = families.hidden_width(teacher.config), teacher.config.num_attention_heads
+    order = sorted(range(len(encoded)), key=lambda i: lengths[i])  # similar lengths: little padding
+    out = {"lengths": lengths, "logits": torch.empty(len(encoded), teacher.config.num_labels),
+           "hidden": {k: Packed(lengths, lambda n: (n, width)) for k in hidden},
+           "attention": {g: Packed(lengths, lambda n: (heads, n, n)) for g in attention}}
     sorted_set = [encoded[i] for i in order]
     with torch.no_grad(), tqdm(total=len(encoded), desc="teacher outputs", unit="ex", disable=not progress) as bar:
         for batch in data.batches(sorted_set, 128, pad_id):
             t = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         output_hidden_states=bool(hidden), output_attentions=bool(attention))
-            for row, j in enumerate(batch["index"]):
-                i, n = order[j], len(encoded[order[j]][0])
-                out["logits"][i] = t.logits[row].clone()
+            rows = [order[j] for j in batch["index"]]
+            out["logits"][rows] = t.logits
+            for row, i in enumerate(rows):
+                n = lengths[i]
                 for k in hidden:
-                    out["hidden"][k][i] = t.hidden_states[k][row, :n].half()
+                    out["hidden"][k].put(i, t.hidden_states[k][row, :n].half())
                 for g in attention:
-                    out["attention"][g][i] = t.attentions[g][row, :, :n, :n].half()
+                    out["attention"][g].put(i, t.attentions[g][row, :, :n, :n].half())
             bar.update(len(batch["index"]))
     return out
 
@@ -354,7 +379,7 @@ def gather(cache: dict, index: list, intermediate: bool = True) -> dict:
         n = x.shape[-2]
         return F.pad(x.float(), (0, width - n, 0, width - n) if x.dim() == 3 else (0, 0, 0, width - n))
 
-    logits = torch.stack([cache["logits"][i] for i in index])
+    logits = cache["logits"][list(index)]
     if not intermediate:
         return {"logits": logits, "hidden": {}, "attention": {}}
     return {"logits": logits,

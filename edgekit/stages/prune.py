@@ -68,7 +68,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         from edgekit.stages.distill import teacher_outputs
 
         t_enc = data.encode(t_tok, recovery, ctx.max_length)
-        teacher = torch.stack(teacher_outputs(teacher, t_enc, t_tok.pad_token_id, progress=ctx.progress)["logits"])
+        teacher = teacher_outputs(teacher, t_enc, t_tok.pad_token_id, progress=ctx.progress)["logits"]
     for step in range(1, steps + 1):
         step_dir = out_dir / f"step-{step}"
         if (step_dir / "model" / "config.json").is_file():  # finished before a stop: resume after it
