@@ -165,7 +165,8 @@ def check(path, budgets: list, target: str = None) -> list:
             if not isinstance(numbers.get(metric), (int, float)):
                 raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
                                    f"accuracy, bench for latency and memory) or drop that budget")
-            row = recipes.budget_row(metric, op, bound, numbers[metric], numbers.get(f"{metric}_interval"))
+            row = recipes.with_note(recipes.budget_row(metric, op, bound, numbers[metric],
+                                                       numbers.get(f"{metric}_interval")), numbers)
             row = dict(row, source=source) if target else row
             rows.append(row if name is None else dict(row, artifact=name))
     return rows
@@ -191,6 +192,7 @@ def number(row: dict) -> str:
 def notes(row: dict) -> str:
     """' (on pi4)', ' (build machine)' or why there is no number, then the interval note."""
     said = row.get("error") or row.get("source") or ("not measured" if row["actual"] is None else "")
+    said = "; ".join(x for x in (said, row.get("note")) if x)
     return (f" ({said})" if said else "") + interval_note(row.get("interval"), row["target"])
 
 

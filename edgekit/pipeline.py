@@ -632,8 +632,9 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
 
 
 def check_budgets(budgets: dict, metrics: dict) -> list:
-    return [recipes.budget_row(metric, *recipes.parse_bound(bound), metrics.get(metric),
-                               metrics.get(f"{metric}_interval")) for metric, bound in budgets.items()]
+    return [recipes.with_note(recipes.budget_row(metric, *recipes.parse_bound(bound), metrics.get(metric),
+                                                 metrics.get(f"{metric}_interval")), metrics)
+            for metric, bound in budgets.items()]
 
 
 def check_inputs(recipe: dict):

@@ -290,6 +290,15 @@ def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dic
     return dict(row, interval=interval) if interval else row
 
 
+def with_note(row: dict, metrics: dict) -> dict:
+    """The row, with a note where its number says less than it seems: the lowest class's share of its teacher's
+    recall measured on only some of the classes (the teacher gets no example of the others right)."""
+    measured, of = metrics.get("class_recall_measured") or (0, 0)
+    if row["metric"] == "class_recall_retained" and measured < of:
+        return dict(row, note=f"{measured} of {of} classes measured: the teacher gets none of the others right")
+    return row
+
+
 FLOAT_TEXT = re.compile(r"[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+")
 
 

@@ -216,7 +216,7 @@ def test_gate_checks_an_upload_of_the_final_stage_and_never_sizes_a_stopped_run(
     assert cli.main(["gate", str(stopped), "--max-size-mb", "100"]) == 1
 
 
-def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(finished, tmp_path):
+def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(finished, tmp_path, capsys):
     from edgekit import recipe
     from edgekit.stages import evaluate
 
@@ -229,9 +229,12 @@ def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(fi
     assert final["class_recall_retained"] == evaluate.lowest_kept(final["per_class"])
     assert gate.check(finished, [("class_recall_retained", ">=", 0.9)])[0]["ok"] is (final["class_recall_retained"]
                                                                                     >= 0.9)
+    assert final["class_recall_measured"] == [sum(c["teacher_recall"] > 0 for c in final["per_class"].values()), 2]
     final["class_recall_retained"] = 0.6  # a class that lost 40% of its recall
+    final["class_recall_measured"] = [1, 2]  # a note says on how few classes it was measured (it passed silently)
     (finished / "manifest.json").write_text(json.dumps(manifest))
     assert cli.main(["gate", str(finished), "--budget", "class_recall_retained>=0.9"]) == 3
+    assert "(1 of 2 classes measured: the teacher gets none of the others right)" in capsys.readouterr().out
     assert "is not a fraction" in recipe.bound_problem("class_recall_retained", 90)  # 0.9, never 90
     assert recipe._check_budgets({"budgets": {"class_recall_retained": ">= 0.9"}, "stages": ["export"]}) == [
         "budget class_recall_retained: no stage of this recipe measures it; add evaluate to stages, or drop the "

@@ -55,7 +55,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
                           "accuracy_retained_interval": kept_interval(hits, teacher_hits) if teacher else None,
                           "majority_accuracy": majority, "eval_split": split, "eval_examples": len(examples),
                           "per_class": (classes := per_class(said, teacher_said, examples, ctx.splits.labels)),
-                          "class_recall_retained": lowest_kept(classes)}
+                          "class_recall_retained": lowest_kept(classes),
+                          "class_recall_measured": [sum(c["teacher_recall"] > 0 for c in classes.values()),
+                                                    len(classes)]}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
