@@ -20,9 +20,12 @@ def context(csv_file, model_dir):
     return Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
 
 
-def test_cached_teacher_outputs_equal_a_live_teacher(model_dir, csv_file):
+@pytest.mark.parametrize("pruned", [False, True])
+def test_cached_teacher_outputs_equal_a_live_teacher(model_dir, csv_file, pruned):
     teacher = families.load_model(model_dir)
     teacher.set_attn_implementation("eager")
+    if pruned:  # a pruned teacher: layer 1 keeps 2 of its 4 heads, the cache reads each layer's own
+        families.apply_shapes(teacher, {"heads": [4, 2, 4, 4], "ffn": [64] * 4})
     tok = families.load_tokenizer(model_dir)
     encoded = data.encode(tok, data.load(str(csv_file)).train[:40], 32)
     cache = distill.teacher_outputs(teacher, encoded, 0, hidden=[0, 4], attention=[1], progress=False)
@@ -34,7 +37,7 @@ def test_cached_teacher_outputs_equal_a_live_teacher(model_dir, csv_file):
     assert torch.allclose(cached["logits"], live.logits, atol=1e-5)
     lengths = [len(ids) for ids, _ in encoded]  # one buffer per kind, of the size cache_mb counts (not one per
     assert cache["logits"].shape == (40, 2) and cache["hidden"][4].buffer.numel() == sum(lengths) * 32  # example)
-    assert cache["attention"][1].buffer.numel() == sum(n * n for n in lengths) * 4
+    assert cache["attention"][1].buffer.numel() == sum(n * n for n in lengths) * (2 if pruned else 4)
     real = batch["attention_mask"].bool()
     for k in (0, 4):  # fp16 storage
         assert torch.allclose(cached["hidden"][k][real], live.hidden_states[k][real], atol=1e-2)

@@ -41,7 +41,6 @@ the student exactly, and the student starts from them.
 distillation starts from a task model rather than a random classifier head: a fine-tuned minilm-l6 start lifted
 its 4-layer student under mpnet-base from 0.8364 to 0.8447 (bench/distill_targets.py, four-kd).
 """
-import math
 import shutil
 from pathlib import Path
 
@@ -323,21 +322,24 @@ class TeacherView:
 
 class Packed:
     """Per-example tensors of varying length in one buffer (one allocation, not one per example: 80k small tensors
-    left 455 MB to the allocator); `packed[i]` is example i's view, shaped `shape(n)` for its n tokens."""
+    left 455 MB to the allocator); `packed[i]` is example i's view: [n, width] for its n tokens, or with `square`
+    [heads, n, n]. The width (heads) is read from the first tensor put: a pruned teacher's layers differ."""
 
-    def __init__(self, lengths: list, shape):
-        self.lengths, self.shape, self.starts = lengths, shape, [0]
-        for n in lengths:
-            self.starts.append(self.starts[-1] + math.prod(shape(n)))
-        self.buffer = None
+    def __init__(self, lengths: list, square: bool = False):
+        self.lengths, self.square, self.buffer = lengths, square, None
 
     def put(self, i: int, value) -> None:
-        if self.buffer is None:  # the first value says the dtype
+        if self.buffer is None:
+            self.unit = value.shape[0] if self.square else value.shape[-1]
+            self.starts = [0]
+            for n in self.lengths:
+                self.starts.append(self.starts[-1] + self.unit * n * (n if self.square else 1))
             self.buffer = torch.empty(self.starts[-1], dtype=value.dtype)
         self.buffer[self.starts[i]:self.starts[i + 1]] = value.reshape(-1)
 
     def __getitem__(self, i: int):
-        return self.buffer[self.starts[i]:self.starts[i + 1]].view(self.shape(self.lengths[i]))
+        n = self.lengths[i]
+        return self.buffer[self.starts[i]:self.starts[i + 1]].view((self.unit, n, n) if self.square else (n, self.unit))
 
 
 def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=(), progress: bool = True) -> dict:
@@ -348,11 +350,10 @@ def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=()
     from tqdm import tqdm
 
     lengths = [len(ids) for ids, _ in encoded]
-    width, heads = families.hidden_width(teacher.config), teacher.config.num_attention_heads
     order = sorted(range(len(encoded)), key=lambda i: lengths[i])  # similar lengths: little padding
     out = {"lengths": lengths, "logits": torch.empty(len(encoded), teacher.config.num_labels),
-           "hidden": {k: Packed(lengths, lambda n: (n, width)) for k in hidden},
-           "attention": {g: Packed(lengths, lambda n: (heads, n, n)) for g in attention}}
+           "hidden": {k: Packed(lengths) for k in hidden},
+           "attention": {g: Packed(lengths, square=True) for g in attention}}
     sorted_set = [encoded[i] for i in order]
     with torch.no_grad(), tqdm(total=len(encoded), desc="teacher outputs", unit="ex", disable=not progress) as bar:
         for batch in data.batches(sorted_set, 128, pad_id):
