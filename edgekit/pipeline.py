@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import shutil
 import sys
 import time
@@ -545,6 +546,14 @@ def local_prints(settings: dict) -> dict:
     return prints
 
 
+def this_machine() -> dict:
+    """What the bench stage's latency depends on beyond its inputs: a run folder copied to another machine (or a CI
+    runner of another CPU) measures again instead of keeping the first machine's milliseconds."""
+    from edgekit import devices
+
+    return {**devices.this_cpu(), "cores": os.cpu_count(), "machine": platform.machine()}
+
+
 def canonical(value):
     """Numbers as one value each: 2 and 2.0 key alike (a recipe's `temperature: 2` against the default 2.0)."""
     if isinstance(value, dict):
@@ -571,6 +580,7 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
                                       recipe["max_length"], edgekit.__version__]
                                      + ([recipe["targets"]] if name in ("export", "quantize") else [])
                                      + ([local] if not legacy and (local := local_prints(settings)) else [])
+                                     + ([this_machine()] if name == "bench" else [])
                                      + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else []),
                                      sort_keys=True, default=str).encode()).hexdigest()
 

@@ -391,3 +391,13 @@ def test_numbers_key_alike_and_a_relative_data_path_is_recorded_whole(model_dir,
     assert [s["reused"] for s in again["stages"]] == [True, True]
     monkeypatch.chdir(tmp_path.parent)
     assert pipeline.context_of(out, progress=False)[1].splits.test == data.load(str(csv_file)).test
+
+
+def test_the_bench_stage_measures_again_on_another_machine(tiny_recipe, tmp_path, monkeypatch):
+    """The bench stage's key held no machine: a run folder copied to another CPU (a CI runner of another kind) kept
+    the first machine's latency as its own."""
+    out = tmp_path / "run"
+    run(tiny_recipe, out)
+    assert all(s["reused"] for s in run(tiny_recipe, out)["stages"])
+    monkeypatch.setattr(devices, "this_cpu", lambda: {"cpu": "Another CPU", "int8_isa": "Arm dot product"})
+    assert [s["reused"] for s in run(tiny_recipe, out)["stages"]] == [True] * 5 + [False]
