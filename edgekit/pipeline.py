@@ -551,7 +551,19 @@ def this_machine() -> dict:
     runner of another CPU) measures again instead of keeping the first machine's milliseconds."""
     from edgekit import devices
 
-    return {**devices.this_cpu(), "cores": os.cpu_count(), "machine": platform.machine()}
+    try:
+        cpu = devices.this_cpu()
+    except EdgekitError:  # a wheel install without device_bench (whose reader names the CPU): the kernel's line
+        cpu = {"cpu": next((line.split(":", 1)[1].strip() for line in _cpuinfo().splitlines()
+                            if line.startswith("model name")), platform.processor())}
+    return {**cpu, "cores": os.cpu_count(), "machine": platform.machine()}
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # macOS, or a sandbox without /proc
+        return ""
 
 
 def canonical(value):

@@ -53,6 +53,7 @@ def test_bench_runs_without_device_bench_installed(tiny_recipe, tmp_path, monkey
     monkeypatch.setattr(devices, "runner_source", missing)  # as in a wheel install of edgekit alone
     final = run(tiny_recipe, tmp_path / "run")["final"]["metrics"]
     assert final["latency_ms_p50"] > 0 and "bench_cpu" not in final
+    assert pipeline.this_machine()["cores"] >= 1  # the bench stage's key names the machine without it too
 
 
 def test_rerun_reuses_unchanged_stages_and_reruns_changed_ones(tiny_recipe, tmp_path):
