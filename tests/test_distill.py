@@ -52,6 +52,9 @@ def test_distill_stage_makes_a_half_depth_student(model_dir, csv_file, tmp_path,
     out = distill.run(Artifact(model_dir, "hf"), tmp_path, ctx, epochs=1, batch_size=16, cache_teacher=cache)
     student = families.load_model(out.path)
     assert student.config.num_hidden_layers == 2 and out.metrics["student_layers"] == [1, 3]
+    assert (out.metrics["teacher_cache_mb"] > 0) is cache
+    part = distill.run(Artifact(model_dir, "hf"), tmp_path / "part", ctx, epochs=0.5, batch_size=16)
+    assert part.metrics["teacher_cache_mb"] == 0  # half an epoch: the teacher ran on the batches read, not on all
     assert out.metrics["params"] < sum(p.numel() for p in families.load_model(model_dir).parameters())
 
 

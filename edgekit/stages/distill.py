@@ -126,7 +126,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     for p in teacher.parameters():
         p.requires_grad_(False)
     need = needs(weights, pairs, t_depth)
-    view = TeacherView(teacher, t_enc, t_tok.pad_token_id, need, cache_teacher, cache_mb, ctx.progress)
+    # under one epoch in all, no example is read twice: a cache would only make the teacher read every one of them
+    once = epochs + intermediate_epochs < 1
+    view = TeacherView(teacher, t_enc, t_tok.pad_token_id, need, cache_teacher and not once, cache_mb, ctx.progress)
     projections = [p.weight for p in (proj_emb, proj_hid) if p is not None]
     phase_losses = {}
     if intermediate_epochs > 0:
