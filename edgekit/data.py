@@ -289,20 +289,25 @@ def out_of_domain(labels: list, source: str = "vader-amazon") -> list:
             for t, y in splits.train + splits.validation + splits.test]
 
 
+def check_transfer(source: str) -> None:
+    """A transfer source is tweets-3class or a local .txt file that is there (asked before any stage runs too)."""
+    if source != "tweets-3class" and not (Path(source).suffix == ".txt" and Path(source).is_file()):
+        raise UsageError(f"transfer source '{source}' is not tweets-3class nor a local .txt file; give one of them "
+                         f"(one text per line)")
+
+
 def unlabelled(source: str, examples: int, seed: int = 0, exclude=()) -> list:
     """A transfer set for distillation: up to `examples` texts without labels, [(text, UNLABELLED)], taken at
     random (seeded) from the tweets-3class asset or a local .txt file (one text per line); repeats and every text
     in `exclude` (the run's validation and test sentences) are dropped, compared case- and space-insensitively."""
+    check_transfer(source)
     if source == "tweets-3class":
         texts = [t for t, _ in _tweets()]
-    elif Path(source).suffix == ".txt" and Path(source).is_file():
+    else:
         try:
             texts = Path(source).read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError:
             raise EdgekitError(f"transfer file {source} is not UTF-8 text; convert it to UTF-8")
-    else:
-        raise UsageError(f"transfer source '{source}' is not tweets-3class nor a local .txt file; give one of them "
-                         f"(one text per line)")
     key = lambda t: " ".join(t.lower().split())  # noqa: E731
     seen, kept = {key(t) for t in exclude}, []
     for text in texts:

@@ -677,11 +677,19 @@ def check_inputs(recipe: dict):
 
 
 def check_student(recipe: dict) -> None:
-    """A distill student or augment_model given as a path is there and whole (a hub id is tried by its stage)."""
+    """Before any stage (and with --dry-run): a distill student or augment_model given as a path is there and whole
+    (a hub id is tried by its stage), init_from weights are there, and a transfer source is one (each was found
+    only when its stage began, after the stages before it)."""
     settings = (recipe.get("distill") or {}) if "distill" in recipe["stages"] else {}
     for spec in (settings.get("student", "teacher"), settings.get("augment_model", "")):
         if spec and spec != "teacher" and not assets.is_asset(spec) and looks_local(spec):
             resolve_model(spec)
+    if (init := settings.get("init_from")) and not Path(init).expanduser().exists():
+        raise UsageError(f"distill.init_from {init}: no such file or folder; give a checkpoint folder, a model folder "
+                         f"or a .safetensors file of an earlier run")
+    for stage in ("distill", "prune"):
+        if stage in recipe["stages"] and (source := (recipe.get(stage) or {}).get("transfer")):
+            data.check_transfer(source)
 
 
 def tell_data(splits, progress: bool) -> None:

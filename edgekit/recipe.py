@@ -109,6 +109,8 @@ def apply_override(recipe: dict, item: str) -> None:
         raise UsageError(f"override '{key}': unknown key '{parts[0]}'; accepted: {', '.join(TOP_KEYS)}")
     if parts == ["data"]:
         parts = ["data", "source"]  # data=FILE is short for data.source=FILE
+    if parts[0] == "data" and isinstance(recipe.get("data"), str):  # `data: FILE` in the recipe, the same short form
+        recipe["data"] = {"source": recipe["data"]}
     node = recipe
     for part in parts[:-1]:
         if not isinstance(node.get(part), dict):

@@ -161,6 +161,31 @@ def test_dry_run_checks_the_data_and_a_local_teacher_folder(tmp_path):
     assert done.returncode == 1 and "config.json is not valid JSON" in done.stderr
 
 
+@pytest.mark.parametrize("override, line", [
+    ("distill.transfer=foo.csv", "transfer source 'foo.csv' is not tweets-3class nor a local .txt file"),
+    ("prune.transfer=nothere.txt", "transfer source 'nothere.txt' is not tweets-3class nor a local .txt file"),
+    ("distill.init_from=nothere.safetensors", "distill.init_from nothere.safetensors: no such file or folder"),
+])
+def test_dry_run_checks_the_files_distill_and_prune_settings_name(model_dir, csv_file, tmp_path, override, line):
+    """Each passed --dry-run and failed only when its stage began, after fine-tuning."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune", "distill", "prune")))
+    done = edgekit("compress", "--recipe", str(recipe), "--dry-run", override)
+    assert done.returncode == 2 and line in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert cli.main(["compress", "--recipe", str(recipe), "--out", str(tmp_path / "run"), "--quiet", override]) == 2
+    assert not (tmp_path / "run" / "01-finetune").exists()
+
+
+def test_a_recipe_with_data_as_one_path_takes_data_overrides(model_dir, csv_file, tmp_path):
+    """`data: FILE` (short for data.source) and data.max_train=10: 'data must name a source'."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("finetune",))
+                      .replace(f"data: {{source: {csv_file}}}", f"data: {csv_file}"))
+    assert f"data: {csv_file}\n" in recipe.read_text()
+    done = edgekit("compress", "--recipe", str(recipe), "--dry-run", "data.max_train=10")
+    assert done.returncode == 0, done.stderr
+
+
 def test_compare_refuses_a_sequence_longer_than_the_positions(model_dir, tmp_path, capsys):
     code = cli.main(["compare", str(model_dir), "--seq-len", "512", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
