@@ -435,19 +435,18 @@ def _check_columns(path: Path, columns: list, used: dict) -> None:
                                f"(columns {', '.join(where[:-1])} and {where[-1]}); rename one")
 
 
-def _plain_tsv(text: str) -> bool:
+def _plain_tsv(lines: list) -> bool:
     """Every line has the header's number of tabs: no field is quoted across a tab or a line break, so a quote is
     part of the text (as in GLUE's TSVs, read with quoting off)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    return bool(lines) and all(line.count("\t") == lines[0].count("\t") for line in lines)
+    return len({line.count("\t") for line in lines if line.strip()}) == 1
 
 
 class _TsvReader:
-    """csv.reader's interface over a plain TSV: fields split on tabs, quotes kept, except a field quoted whole the
-    way pandas writes one ("a ""b"" c", every inner quote doubled), which is unquoted."""
+    """csv.reader's interface over a plain TSV's lines: fields split on tabs, quotes kept, except a field quoted
+    whole the way pandas writes one ("a ""b"" c", every inner quote doubled), which is unquoted."""
 
-    def __init__(self, text: str):
-        self.lines, self.line_num = text.splitlines(), 0
+    def __init__(self, lines: list):
+        self.lines, self.line_num = lines, 0
 
     def __iter__(self):
         for self.line_num, line in enumerate(self.lines, 1):
@@ -465,9 +464,8 @@ def _csv_records(path: Path, text: str, used: dict) -> list:
     """A CSV/TSV file's rows as {column: value}; a row with more fields than the header, or too few to reach a
     column in use, is refused: an unquoted comma (tab) in a text would shift its label."""
     sep, sep_name = ("\t", "tab") if path.suffix == ".tsv" else (",", "comma")
-    reader = csv.reader(io.StringIO(text), delimiter=sep)
-    if sep == "\t" and _plain_tsv(text):  # GLUE's TSVs: quotes are text ('"Best film ever, 5" stars' lost them,
-        reader = _TsvReader(text)  # and one stray quote read the rest of the file as one field)
+    lines = text.splitlines() if sep == "\t" else []  # a plain TSV's quotes are text ('"Best film ever, 5" stars'
+    reader = _TsvReader(lines) if _plain_tsv(lines) else csv.reader(io.StringIO(text), delimiter=sep)  # lost them)
     header, records, line = None, [], 1
     try:
         for row in reader:

@@ -686,7 +686,7 @@ def merge(run: Path, target: str, entry: dict, sha: str = None) -> None:
     held = pipeline.lock(run, wait_s=MERGE_WAIT_S, busy=f"{what}; run edgekit bench again when it has finished")
     try:
         manifest = json.loads((run / "manifest.json").read_text())
-        files = {rel: digest for stage in manifest.get("stages", []) for rel, digest in stage.get("files", {}).items()}
+        files = pipeline.recorded_files(manifest)
         if sha and entry["model"] in files and files[entry["model"]] != sha:
             raise EdgekitError(f"{entry['model']} changed while target {target} ran (a compress into {run} rewrote "
                                f"it); {what}, as it measured the file before; run edgekit bench again")

@@ -172,6 +172,11 @@ def made_here(manifest: dict) -> set:
             | set(manifest.get("earlier_stages", [])))
 
 
+def recorded_files(manifest: dict) -> dict:
+    """{path in the run: sha256} of every file the manifest's stages recorded."""
+    return {rel: sha for stage in manifest.get("stages", []) for rel, sha in stage.get("files", {}).items()}
+
+
 def listed_folders(path: Path) -> set:
     """The stage folders the manifest at `path` lists, read from any manifest edgekit wrote, also one of another
     schema or one that fails validation: it is not used to skip work here, only to know which folders a run made."""
@@ -225,7 +230,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         source = resolve_model(recipe["teacher"])  # not after fetching a model asset
         config = AutoConfig.from_pretrained(source.path)  # read once for the label checks
         splits = in_teacher_order(loaded, families.label_names(config))
-        check_student(recipe)
+        check_local_files(recipe)
         check_shapes(recipe, source.path)
         if "finetune" not in recipe["stages"]:
             check_head(source.path, config.architectures, recipe["teacher"])
@@ -458,8 +463,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         manifest["budgets"] = [dict(row, artifact=name) for name, a in artifact.outputs.items()
                                for row in check_budgets(recipe["budgets"], a.metrics)]
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
-    files = {rel: sha for s in manifest["stages"] for rel, sha in s["files"].items()}
-    before = {rel: sha for s in previous.get("stages", []) for rel, sha in s["files"].items()}
+    files, before = recorded_files(manifest), recorded_files(previous)
     same_data = (previous.get("data") or {}).get("fingerprint") == manifest["data"]["fingerprint"]  # their accuracy
     kept = {name: d for name, d in (previous.get("devices") or {}).items()  # `edgekit bench` results of the same file
             if same_data and d.get("model") in files and files[d["model"]] == before.get(d["model"])}
@@ -667,7 +671,7 @@ def check_inputs(recipe: dict):
     splits = None
     if recipe["data"]["source"] not in data.DATASETS:  # named datasets are known good; a file may not be
         splits = data.load(seed=recipe["seed"], **recipe["data"])
-    check_student(recipe)
+    check_local_files(recipe)
     if teacher := on_disk(recipe["teacher"]):
         check_shapes(recipe, teacher)
         if "finetune" not in recipe["stages"]:
@@ -676,7 +680,7 @@ def check_inputs(recipe: dict):
     return splits
 
 
-def check_student(recipe: dict) -> None:
+def check_local_files(recipe: dict) -> None:
     """Before any stage (and with --dry-run): a distill student or augment_model given as a path is there and whole
     (a hub id is tried by its stage), init_from weights are there, and a transfer source is one (each was found
     only when its stage began, after the stages before it)."""

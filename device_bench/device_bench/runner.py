@@ -290,12 +290,12 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
+        lines = [line for line in text.splitlines() if line.strip()]
         if path.suffix == ".jsonl":
-            rows = [{k: "" if v is None else str(v) for k, v in json.loads(line).items()}
-                    for line in text.splitlines() if line.strip()]
-        elif path.suffix == ".tsv" and len({line.count("\t") for line in text.splitlines() if line.strip()}) == 1:
-            lines = [[unquoted(x) for x in line.split("\t")] for line in text.splitlines() if line.strip()]
-            rows = [dict(zip(lines[0], line)) for line in lines[1:]]  # GLUE's TSVs: quotes are text
+            rows = [{k: "" if v is None else str(v) for k, v in json.loads(line).items()} for line in lines]
+        elif path.suffix == ".tsv" and len({line.count("\t") for line in lines}) == 1:  # plain (GLUE's): quotes are text
+            fields = [[unquoted(x) for x in line.split("\t")] for line in lines]
+            rows = [dict(zip(fields[0], line)) for line in fields[1:]]
         else:
             rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ","))
     except (OSError, UnicodeDecodeError, csv.Error, ValueError, AttributeError) as e:
