@@ -40,8 +40,9 @@ def main(argv=None):
                                           threads=1, runs=a.runs, warmup=10, texts=texts)
     rows = []
     for (name, art), lat in zip(models, latencies):
-        acc = evaluate.accuracy(runtime.load(art.path), splits.test, 64, True, name)
-        rows.append({"model": name, "path": str(art.path), "size_mb": size_mb(art), "accuracy": acc,
+        hits = evaluate.correct(runtime.load(art.path), splits.test, 64, True, name)
+        rows.append({"model": name, "path": str(art.path), "size_mb": size_mb(art), "accuracy": sum(hits) / len(hits),
+                     "right": sum(hits),
                      "latency_ms_p50_128": lat["fixed"]["p50"], "latency_ms_p90_128": lat["fixed"]["p90"],
                      "latency_ms_p50_128_by_round": lat["fixed_p50_by_round"],
                      "latency_ms_p50_sentences": lat["sentences"]["p50"], "latency_ms_p90_sentences": lat["sentences"]["p90"],
@@ -49,7 +50,7 @@ def main(argv=None):
     base = rows[0]
     for r in rows:
         r["speedup_128_vs_teacher_fp32"] = round(base["latency_ms_p50_128"] / r["latency_ms_p50_128"], 2)
-        r["accuracy_retained"] = round(r["accuracy"] / base["accuracy"], 4)
+        r["accuracy_retained"] = r["right"] / base["right"]  # from the counts, not from rounded accuracies
     result = {"run": str(run), "recipe": recipe["name"], "teacher": recipe["teacher"], "test_examples": len(splits.test),
               **devices.this_cpu(), "threads": 1, "batch": 1, "seq_len": a.seq_len,
               "runs": a.runs, "rounds": a.rounds, "peer": peer_config(), "rows": rows}
@@ -93,7 +94,7 @@ def markdown(result: dict) -> str:
              "| model | size MB | accuracy | retained | p50 ms @128 | p90 ms @128 | p50 ms sentences | p90 ms sentences "
              "| speed-up @128 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
-        lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['accuracy']:.4f} | {r['accuracy_retained']:.3f} | "
+        lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['accuracy']:.4f} | {r['accuracy_retained']:.4f} | "
                      f"{r['latency_ms_p50_128']:.2f} | {r['latency_ms_p90_128']:.2f} | {r['latency_ms_p50_sentences']:.2f} | "
                      f"{r['latency_ms_p90_sentences']:.2f} | {r['speedup_128_vs_teacher_fp32']:.2f}x |")
     return "\n".join(lines) + "\n"

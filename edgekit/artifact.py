@@ -1,6 +1,7 @@
 """What one stage hands the next: a path, its kind, and what is known about it (metrics)."""
 import contextlib
 import json
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,13 +53,52 @@ def weight_files(path: Path) -> list:
     (tokenizer and sidecars excluded)."""
     path = Path(path)
     if path.is_file():
-        return [path] + sorted(path.parent.glob(path.name + ".data"))
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+        return [path] + (onnx_data_files(path) if path.suffix == ".onnx" else [])
+    files = {p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES}
+    return sorted(files.union(*(onnx_data_files(p) for p in list(files) if p.suffix == ".onnx")))
+
+
+def onnx_data_files(path: Path) -> list:
+    """The external data files an ONNX model's tensors name: `model.onnx.data` as edgekit writes it,
+    `model.onnx_data` as Optimum does, or any other name; each once, and only inside the model's folder (ONNX
+    Runtime loads no other)."""
+    with open(path, "rb") as f:
+        try:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                if data.find(b"location") < 0:  # no tensor says where its data is: the file holds every weight
+                    return []
+        except ValueError:  # an empty file
+            return []
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not an ONNX model: loading it says so
+        return []
+    folder = path.parent.resolve()
+    names = {entry.value for tensor in _onnx_tensors(model.graph) for entry in tensor.external_data
+             if entry.key == "location"}
+    return sorted(folder / name for name in names
+                  if (folder / name).resolve().is_relative_to(folder) and (folder / name).is_file())
+
+
+def _onnx_tensors(graph):
+    """Every tensor of an ONNX graph and of the graphs inside its nodes (If, Loop, Scan)."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        for attribute in node.attribute:
+            yield from [attribute.t] if attribute.HasField("t") else []
+            yield from attribute.tensors
+            for inner in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _onnx_tensors(inner)
 
 
 def weights_mb(path: Path) -> float:
-    """Bytes of the weights a device must hold, in MB (10^6)."""
-    return round(sum(p.stat().st_size for p in weight_files(path)) / 1e6, 3)
+    """Bytes of the weights a device must hold, in MB (10^6), to the byte: a budget compares this number, so it is not
+    rounded further (a 6,000,499-byte file is over `size_mb <= 6`)."""
+    return round(sum(p.stat().st_size for p in weight_files(path)) / 1e6, 6)
 
 
 def size_mb(artifact: Artifact) -> float:

@@ -122,6 +122,20 @@ def sha256_file(path: Path) -> str:
     return _HASHED[key]
 
 
+def fingerprint(path: Path) -> str:
+    """Of a model folder's files (names and contents), or of a model file with the sidecars beside it."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] + sidecars(path)
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.relative_to(path if path.is_dir() else path.parent)}:{sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def sidecars(model_file: Path) -> list:
+    return sorted(p for p in model_file.parent.glob("*.json")) + sorted(model_file.parent.glob("tokenizer*"))
+
+
 def intact(target: Path) -> bool:
     """True when every file recorded at fetch time is there with its sha256 (a changed cache is not trusted)."""
     try:

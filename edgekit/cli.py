@@ -302,17 +302,19 @@ def summary(manifest: dict) -> str:
             rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.2f')} | {fmt(m.get('accuracy'), '.4f')} | "
                         f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
     rows.append("")
-    majority = f" (always the commonest class: {final['majority_accuracy']})" if "majority_accuracy" in final else ""
+    majority = f" (always the commonest class: {final['majority_accuracy']:.4f})" if "majority_accuracy" in final \
+        else ""
     kept = final.get("accuracy_retained")
-    scored = (f"teacher accuracy {final['teacher_accuracy']}{majority}, "
-              f"retained {'undefined (the teacher scored 0)' if kept is None else kept}"
+    scored = (f"teacher accuracy {final['teacher_accuracy']:.4f}{majority}, "
+              f"retained {'undefined (the teacher scored 0)' if kept is None else f'{kept:.4f}'}"
               f"{gate.interval_note(final.get('accuracy_retained_interval'))}"
               f"{f' on {n} {split} sentences' if (n := final.get('eval_examples')) and (split := final.get('eval_split')) else ''}"
               if final.get("teacher_accuracy") is not None else "accuracy not measured (no evaluate stage)")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); {scored}")
     if worst := worst_class(final.get("per_class") or {}):
         name, c = worst
-        rows.append(f"class losing most: '{name}', recall {c['recall']} against the teacher's {c['teacher_recall']} "
+        rows.append(f"class losing most: '{name}', recall {c['recall']:.4f} against the teacher's "
+                    f"{c['teacher_recall']:.4f} "
                     f"({c['examples']} sentences; every class: edgekit report)")
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
@@ -322,7 +324,7 @@ def summary(manifest: dict) -> str:
         where = f"{b['artifact']}: " if "artifact" in b else ""
         verdict = "ok" if b["ok"] else "NOT MEASURED: add the stage that measures it" if b["actual"] is None \
             else "OVER BUDGET"
-        rows.append(f"budget {where}{b['metric']} {b['op']} {b['target']:g}: actual {b['actual']} "
+        rows.append(f"budget {where}{b['metric']} {b['op']} {b['target']:g}: actual {gate.number(b)} "
                     f"{verdict}{gate.interval_note(b.get('interval'), b['target'])}")
     return "\n".join(rows)
 

@@ -142,7 +142,7 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
     if data_source:
         from edgekit import data as datasets
 
-        data = datasets.load(data_source, max_eval=500)
+        data = datasets.load(data_source)  # the whole test split, as the evaluate stage scores it
     for spec in specs:  # a typo in the last model stops the command before the first is measured
         check(spec, seq_len)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ OUTPUTS = ("compare.md", "compare.csv", "compare.json", "compare.png")
 
 def markdown(rows: list) -> str:
     head = ["model", "params (M)", "FP32 MB", "INT8 MB", "b1 FP32 ms", "b1 INT8 ms", "b32 INT8 ms",
-            "RSS after load MB", "accuracy"]
+            "RSS after load MiB", "accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
         lines.append("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in COLUMNS) + " |")

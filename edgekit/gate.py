@@ -107,7 +107,10 @@ def check(path, budgets: list, target: str = None) -> list:
                 rows.append(dict(row, artifact=name) if name else row)
         return rows
     manifest, run = load_manifest(path)
-    finals = {Path(o["path"]).parts[0] for o in [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]}
+    entries = [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]
+    for entry in entries:
+        outside_problem(run, entry["path"], manifest.get("model") or {})
+    finals = {Path(o["path"]).parts[0] for o in entries}
     files = {rel: sha for stage in manifest["stages"] for rel, sha in stage["files"].items()  # the final models'
              if Path(rel).parts[0] in finals}  # stage folders: a CI upload may leave out the rest
     missing = [rel for rel in files if not (run / rel).is_file()]
@@ -172,6 +175,24 @@ def check(path, budgets: list, target: str = None) -> list:
     return rows
 
 
+def outside_problem(run: Path, final: str, model: dict) -> None:
+    """A final model outside the run folder is checked too: the run's teacher, the final model of a recipe whose
+    stages write none (evaluate alone), against the fingerprint the run took of it; any other is refused (a
+    manifest edited to point elsewhere, or a copy that lost it)."""
+    where = run / final
+    if where.resolve().is_relative_to(run.resolve()):
+        return  # a stage folder's file: its sha256 is checked with the stages' files
+    if str(final) != model.get("path"):
+        raise EdgekitError(f"the run's final model {final} lies outside {run}, where no stage wrote it; gate checks "
+                           f"only what the run made and measured: re-run the recipe")
+    if not where.exists():
+        raise EdgekitError(f"the run's final model, its teacher {final}, is not there; give gate the machine or copy "
+                           f"that holds it, or re-run the recipe")
+    if assets.fingerprint(where) != model.get("fingerprint"):
+        raise EdgekitError(f"the run's final model, its teacher {final}, is not the model the run measured (its "
+                           f"files changed since); re-run the recipe")
+
+
 def label(row: dict) -> str:
     return f"{row['artifact']}: {row['metric']}" if "artifact" in row else row["metric"]
 
@@ -186,7 +207,17 @@ def interval_note(ci, bound: float | None = None) -> str:
 
 
 def number(row: dict) -> str:
-    return "-" if row["actual"] is None else f"{row['actual']:g}"
+    return "-" if row["actual"] is None else \
+        faithful(row["actual"], lambda v: recipes.budget_row(row["metric"], row["op"], row["target"], v)["ok"])
+
+
+def faithful(value: float, holds) -> str:
+    """`value` to 4 significant digits, or as many more as it takes to read on the side of its bound it is on
+    (`holds`: whether a number meets the bound): 0.96997 against >= 0.97, never 0.97 beside OVER."""
+    for digits in range(4, 18):
+        if holds(float(text := f"{value:.{digits}g}")) == holds(value):
+            return text
+    return repr(value)
 
 
 def notes(row: dict) -> str:

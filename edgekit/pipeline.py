@@ -130,19 +130,6 @@ def model_assets() -> list:
     return [n for n, a in assets.ASSETS.items() if a["kind"] == "model"]
 
 
-def fingerprint(path: Path) -> str:
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] + sidecars(path)
-    h = hashlib.sha256()
-    for p in files:
-        h.update(f"{p.relative_to(path if path.is_dir() else path.parent)}:{assets.sha256_file(p)}\n".encode())
-    return h.hexdigest()
-
-
-def sidecars(model_file: Path) -> list:
-    return sorted(p for p in model_file.parent.glob("*.json")) + sorted(model_file.parent.glob("tokenizer*"))
-
-
 def prepare_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder path")
@@ -402,7 +389,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
          team: Team = None) -> dict:
     previous = read_manifest(out / "manifest.json")
     manifest = {"schema": SCHEMA, "edgekit_version": edgekit.__version__, "status": "running", "recipe": recipe,
-                "model": {"spec": recipe["teacher"], "path": str(source.path), "fingerprint": fingerprint(source.path)},
+                "model": {"spec": recipe["teacher"], "path": str(source.path),
+                          "fingerprint": assets.fingerprint(source.path)},
                 "data": {"source": splits.source, "fingerprint": splits.fingerprint(), "labels": splits.labels,
                          "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
                 "stages": [], "final": None, "budgets": []}
@@ -546,7 +534,7 @@ def local_prints(settings: dict) -> dict:
         spec = settings.get(k)
         if isinstance(spec, str) and spec not in ("", "teacher") and not assets.is_asset(spec) \
                 and (path := Path(spec).expanduser()).exists():
-            prints[k] = fingerprint(path)
+            prints[k] = assets.fingerprint(path)
     return prints
 
 

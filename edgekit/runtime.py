@@ -170,22 +170,24 @@ class HFModel(Reloads):
         self.lock = threading.Lock()  # a fast tokenizer's call sets truncation on its shared backend, then encodes
 
     def encode(self, texts, max_length=None):
-        from edgekit import families
-
         texts = list(texts)
-        if texts and isinstance(texts[0], tuple) and self.separator is not None:
-            families.derive_segments(self.model, self.separator)  # the pair's token types from its ids
+        # pairs to a model that does not read its token types from its ids (a folder no pair run saved): this
+        # call's types, as the tokenizer gives them (the model kept none: a single text after it, holding the
+        # string "[SEP]", read its words after that as a second text)
+        typed = bool(texts) and isinstance(texts[0], tuple) and self.separator is not None and \
+            getattr(self.model.base_model.embeddings, "edgekit_segments", None) is None
         with self.lock:
             enc = self.tokenizer(texts, truncation=True, padding=True, return_tensors="np",
-                                 max_length=min(max_length or self.max_length, self.longest))
-        return {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
+                                 max_length=min(max_length or self.max_length, self.longest),
+                                 **({"return_token_type_ids": True} if typed else {}))
+        batch = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+        return dict(batch, token_type_ids=enc["token_type_ids"].astype(np.int64)) if typed else batch
 
     def logits(self, batch: dict) -> np.ndarray:
         import torch
 
         with torch.no_grad():
-            out = self.model(input_ids=torch.from_numpy(batch["input_ids"]),
-                             attention_mask=torch.from_numpy(batch["attention_mask"]))
+            out = self.model(**{k: torch.from_numpy(v) for k, v in batch.items()})
         return out.logits.float().numpy()
 
     def __call__(self, texts, max_length=None) -> dict:

@@ -64,6 +64,10 @@ def test_kept_interval_is_paired_and_says_whether_the_bound_is_inside():
     assert headline.verdict(near).startswith("0.875 MISSED (0.0950 short)")
     assert headline.verdict(near).endswith("bound inside)")
     assert headline.verdict(dict(check, interval=None)) == "0.875 MISSED (0.0950 short)"  # results from before
+    close = dict(row, retained=0.96996, model="edgekit x86-onnx")  # a miss that 3 places showed as 0.970
+    assert headline.verdict(headline.checks("edge-small", close)[2]).startswith("0.96996 MISSED (4e-05 short)")
+    assert headline.kept(close, "retained", 0.97).startswith("0.96996 (") and \
+        headline.kept(dict(close, retained=0.98409), "retained", 0.97).startswith("0.9841 (")
 
 
 def test_the_peak_is_measured_before_every_round_and_each_round_is_set_against_its_own(monkeypatch):
@@ -110,15 +114,18 @@ def test_runs_of_one_recipe_are_told_apart_by_their_folder(tmp_path):
     assert labels == ["edge-small (a)", "edge-small (b)", "edge-base"]
 
 
-@pytest.mark.parametrize("theoretical", [None, 588.8])
-def test_headline_states_the_theoretical_peak_only_where_there_is_one(theoretical):
+@pytest.mark.parametrize("theoretical, measured", [(None, 190.0), (588.8, 190.0), (588.8, 651.7)])
+def test_headline_states_the_nominal_peak_only_where_there_is_one_and_never_as_a_ceiling(theoretical, measured):
     import headline
-    peak = {"measured_gops": 190.0, "how": "fastest MatMulInteger", "by_shape_gops": {}, "cpu": "X",
+    peak = {"measured_gops": measured, "how": "fastest MatMulInteger", "by_shape_gops": {}, "cpu": "X",
             "int8_isa": "AVX-512 VNNI", "clock_mhz": 2300.0, "theoretical_gops": theoretical}
     text = headline.markdown({"peak": peak, "at": "now", "threads": 1, "rounds": 3, "runs_per_round": 50,
                               "recipes": []}, "bench/results/headline.json")
     assert "not stated" not in text and "None" not in text
-    assert ("theoretical at 2300 MHz: 588.8 GOPS." in text) == (theoretical is not None)
+    assert ("nominal at the 2300 MHz /proc/cpuinfo reports: 588.8 GOPS (no ceiling" in text) == \
+        (theoretical is not None)
+    assert ("the measured peak is above it" in text) == (theoretical is not None and measured > theoretical)
+    assert "theoretical" not in text
     assert "INT8 instructions: AVX-512 VNNI" in text
 
 
@@ -155,7 +162,7 @@ def test_the_faster_engine_sets_the_peak_and_amx_has_its_own_theoretical_figure(
         assert peak["theoretical_gops"] == pytest.approx(peak["clock_mhz"] / 1e3 * per_cycle * 2, abs=0.1)
         assert f"{per_cycle} " in peak["how"] or f"x {per_cycle // 2} " in peak["how"]
     else:
-        assert peak["theoretical_gops"] is None and "no theoretical figure" in peak["how"]
+        assert peak["theoretical_gops"] is None and "no nominal figure" in peak["how"]
 
 
 def test_gemm_steadiness_finds_a_core_that_switches_speed(monkeypatch, tmp_path):

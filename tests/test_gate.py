@@ -221,7 +221,7 @@ def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(fi
     from edgekit.stages import evaluate
 
     classes = {"neg": {"examples": 4, "recall": 0.5, "teacher_recall": 0.5},
-               "pos": {"examples": 4, "recall": 0.4, "teacher_recall": 0.8},
+               "pos": {"examples": 5, "recall": 0.4, "teacher_recall": 0.8},
                "none": {"examples": 2, "recall": 0.5, "teacher_recall": 0.0}}  # the teacher never right: left out
     assert evaluate.lowest_kept(classes) == 0.5 and evaluate.lowest_kept({"none": classes["none"]}) is None
     manifest = json.loads((finished / "manifest.json").read_text())
@@ -239,3 +239,90 @@ def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(fi
     assert recipe._check_budgets({"budgets": {"class_recall_retained": ">= 0.9"}, "stages": ["export"]}) == [
         "budget class_recall_retained: no stage of this recipe measures it; add evaluate to stages, or drop the "
         "budget (budgets.class_recall_retained=null)"]
+
+
+def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(finished, tmp_path):
+    import onnx
+
+    from edgekit import artifact, devices
+
+    source = finished / "04-quantize"
+    runner = devices.runner_module()
+    manifest = json.loads((finished / "manifest.json").read_text())
+    for name, where in (("model.onnx_data", ""), ("weights.bin", "data/")):  # Optimum's name; a subfolder
+        folder = tmp_path / name.replace(".", "-")
+        (folder / where).mkdir(parents=True)
+        onnx.save_model(onnx.load(source / "model.onnx"), folder / "model.onnx", save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=where + name, size_threshold=0)
+        for sidecar in ("model.json", "tokenizer.json"):
+            shutil.copy(source / sidecar, folder)
+        total = sum(p.stat().st_size for p in (folder / "model.onnx", folder / where / name))
+        assert (folder / where / name).stat().st_size > 10_000  # the weights are in the other file
+        assert artifact.weights_mb(folder / "model.onnx") == round(total / 1e6, 6)  # the .onnx alone was counted
+        assert runner.weights_bytes(folder / "model.onnx") == total  # the device's runner counts the same
+        rows = gate.check(folder, [("size_mb", "<=", total / 1e6 - 1e-6)])
+        assert [r["ok"] for r in rows] == [False]  # a size-only gate of the folder: over by one byte
+        into = tmp_path / f"job-{name}"
+        into.mkdir()
+        devices.stage_job(finished, manifest, folder / "model.onnx", into)  # what edgekit bench ships
+        assert (into / "model" / where / name).stat().st_size == (folder / where / name).stat().st_size
+
+
+def test_size_and_shares_kept_are_compared_exactly_and_shown_on_their_side_of_the_bound(tmp_path, capsys,
+                                                                                    monkeypatch):
+    import numpy as np
+
+    from edgekit import pipeline, runtime
+    from edgekit.artifact import Artifact
+    from edgekit.stages import evaluate
+
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\0" * 6_000_499)  # 6.000499 MB: it read 6.0 (rounded to 3 places) and passed <= 6
+    assert cli.main(["gate", str(model), "--max-size-mb", "6"]) == 3
+    assert capsys.readouterr().out.split()[1:3] == ["6.0005", "<="]
+
+    class Fake:  # right on the first `right` of 1,320 sentences, all of label 0
+        def __init__(self, right):
+            self.right = right
+
+        def encode(self, texts):
+            return np.array([int(t) for t in texts])
+
+        def logits(self, ids):
+            return np.stack([[1.0, 0.0] if i < self.right else [0.0, 1.0] for i in ids])
+
+    monkeypatch.setattr(runtime, "load", lambda path, **k: Fake(999 if path == "T" else 969))
+    splits = type("Splits", (), {"test": [(str(i), 0) for i in range(1320)], "labels": ["a", "b"]})
+    ctx = type("Ctx", (), {"splits": splits, "teacher": Artifact("T", "hf"), "max_length": 32, "progress": False})
+    m = evaluate.run(Artifact("S", "onnx"), tmp_path / "eval", ctx).metrics
+    assert m["accuracy_retained"] == 969 / 999  # 0.96997: from the rounded accuracies it was 0.97
+    assert m["class_recall_retained"] == 969 / 999  # likewise from the rounded recalls
+    row = pipeline.check_budgets({"accuracy_retained": ">= 0.97"}, m)[0]
+    assert not row["ok"] and gate.number(row) == "0.96997"  # never shown as 0.97 beside OVER
+    assert gate.number(dict(row, actual=0.9712, ok=True)) == "0.9712"
+    assert gate.number(dict(row, actual=0.9699996)) == "0.9699996"  # 6 significant digits read 0.97
+
+
+def test_a_final_model_outside_the_run_is_checked_against_the_run_or_refused(finished, tmp_path):
+    from edgekit import pipeline, recipe, testing
+
+    teacher = tmp_path / "teacher"  # a recipe whose stages write no model: its final model is the teacher itself
+    shutil.copytree(finished / "01-finetune" / "model", teacher)
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(teacher, testing.make_csv(tmp_path / "d.csv"), ("evaluate",)))
+    pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "ev", progress=False)
+    assert json.loads((tmp_path / "ev" / "manifest.json").read_text())["final"]["path"] == str(teacher)
+    assert gate.check(tmp_path / "ev", [])[0]["ok"]
+    with open(teacher / "model.safetensors", "ab") as f:  # was a pass on a changed model
+        f.write(b"x")
+    with pytest.raises(EdgekitError, match="is not the model the run measured"):
+        gate.check(tmp_path / "ev", [])
+    shutil.rmtree(teacher)  # was "holds no model weights"
+    with pytest.raises(EdgekitError, match=f"its teacher {teacher}, is not there"):
+        gate.check(tmp_path / "ev", [])
+    manifest = json.loads((finished / "manifest.json").read_text())
+    manifest["final"]["path"] = "../elsewhere/model.onnx"  # an edited manifest: it sized a file of another run
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    (finished.parent / "elsewhere").mkdir()
+    shutil.copy(finished / "04-quantize" / "model.onnx", finished.parent / "elsewhere")
+    with pytest.raises(EdgekitError, match="lies outside .* where no stage wrote it"):
+        gate.check(finished, [])

@@ -214,6 +214,24 @@ def test_a_tokenizer_without_pair_types_gets_no_derived_types(tmp_path):
     np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
 
 
+def test_a_pair_call_leaves_a_single_text_folder_reading_single_texts_as_before(tmp_path):
+    """A folder no pair run saved reads a pair with the tokenizer's types for that call only: it kept the types
+    derived from ids after one pair call, so a single text holding "[SEP]" then read as a second text."""
+    from edgekit import runtime
+
+    testing.make_model_dir(tmp_path, seed=3)
+    model = runtime.HFModel(tmp_path)
+    texts = ["good movie bad", "bad [SEP] good movie good"]
+    before = model(texts)["probs"]
+    tok = families.load_tokenizer(tmp_path)
+    enc = tok(PAIRS, padding=True, return_tensors="pt")
+    with torch.no_grad():  # transformers' own reading of the pairs, token types from the tokenizer
+        want = families.load_model(tmp_path)(**enc).logits
+    np.testing.assert_allclose(model.logits(model.encode(PAIRS)), want.numpy(), atol=1e-5)
+    np.testing.assert_allclose(model(texts)["probs"], before, atol=1e-6)
+    assert families.uses_segments(model.model) and "[SEP]" in tok.sep_token  # the fixture can show the fault
+
+
 def test_malformed_pairs_are_one_clear_error(tmp_path):
     from edgekit import runtime
 

@@ -229,4 +229,4 @@ def test_each_class_recall_is_recorded_beside_the_teachers_tabled_and_its_worst_
     assert "class losing most" not in cli.summary(manifest)  # no class fell on the tiny run
     final["per_class"] = {"neg": {"examples": 9, "recall": 0.7, "teacher_recall": 0.9},
                           "pos": {"examples": 11, "recall": 0.95, "teacher_recall": 0.9}}
-    assert "class losing most: 'neg', recall 0.7 against the teacher's 0.9 (9 sentences" in cli.summary(manifest)
+    assert "class losing most: 'neg', recall 0.7000 against the teacher's 0.9000 (9 sentences" in cli.summary(manifest)

@@ -150,8 +150,15 @@ def test_compare_cuts_accuracy_inputs_where_it_measures_latency(tmp_path, monkey
             seen.append(self.max_length)
 
     monkeypatch.setattr(runtime, "HFModel", Recording)
-    rows = compare.run([str(folder)], tmp_path / "cmp", str(testing.make_csv(tmp_path / "d.csv")), seq_len=16)
+    from edgekit import data
+    from edgekit.stages import evaluate
+    scored, accuracy = [], evaluate.accuracy
+    monkeypatch.setattr(evaluate, "accuracy", lambda model, examples, *a: scored.append(len(examples)) or
+                        accuracy(model, examples, *a))
+    csv_file = testing.make_csv(tmp_path / "d.csv", n=6000)
+    rows = compare.run([str(folder)], tmp_path / "cmp", str(csv_file), seq_len=16)
     assert seen == [16] and 0 <= rows[0]["accuracy"] <= 1  # the model's own limit is 512
+    assert scored == [len(data.load(str(csv_file)).test)] and scored[0] > 500  # the whole split (it took 500)
     with pytest.raises(EdgekitError, match="--seq-len 1: give a sequence length in \\[2, 512\\]"):
         compare.run([str(folder)], tmp_path / "cmp", seq_len=1)
 

@@ -14,6 +14,7 @@ import argparse
 import csv
 import io
 import json
+import mmap
 import os
 import platform
 import resource
@@ -346,7 +347,7 @@ def bench(model: Path, meta: dict, args) -> dict:
     batch_runs = max(3, args.runs // 5)
     batched = timed(lambda: runner.logits(big_ids, big_mask), batch_runs, 1)
     result = {
-        "model": model.name, "format": meta["format"], "size_mb": round(weights_bytes(model) / 1e6, 3),
+        "model": model.name, "format": meta["format"], "size_mb": round(weights_bytes(model) / 1e6, 6),
         "load_s": round(load_s, 3), "first_inference_ms": round(first_ms, 3), "rss_after_load_mb": rss_after_load,
         "latency_ms": percentiles(single), "seq_len": int(ids.shape[1]), "runs": args.runs, "warmup": args.warmup,
         "throughput": {"batch_1": round(1e3 * len(single) / sum(single), 2),
@@ -361,7 +362,7 @@ def bench(model: Path, meta: dict, args) -> dict:
             t = time.perf_counter()
             predictions.append(int(runner.logits(*tokenizer.encode([text])).argmax(-1)[0]))
             sentence_ms.append((time.perf_counter() - t) * 1e3)
-        result.update(accuracy=round(sum(p == g for p, g in zip(predictions, gold)) / len(gold), 4),
+        result.update(accuracy=sum(p == g for p, g in zip(predictions, gold)) / len(gold),  # unrounded: budgets
                       examples=len(gold), sentence_latency_ms=percentiles(sentence_ms), predictions=predictions)
     result.update(peak_rss_mb=memory_mb("VmHWM"), runtime=runner.runtime, runtime_version=runner.version,
                   tokenizers_version=package_version("tokenizers"), numpy_version=np.__version__,
@@ -372,7 +373,72 @@ def bench(model: Path, meta: dict, args) -> dict:
 
 
 def weights_bytes(model: Path) -> int:
-    return sum(p.stat().st_size for p in [model] + sorted(model.parent.glob(model.name + ".data")))
+    return sum(p.stat().st_size for p in weight_files(model))
+
+
+def weight_files(model: Path) -> list:
+    """The model file and, for ONNX, each external data file its tensors name (`model.onnx.data` as edgekit writes
+    it, `model.onnx_data` as Optimum does, or any other name), each once."""
+    model = Path(model)
+    if model.suffix != ".onnx":
+        return [model]
+    with open(model, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return [model]
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data.find(b"location") < 0:  # no tensor says where its external data is: the file holds every weight
+                return [model]
+            try:
+                names = sorted(set(_onnx_locations(data, 0, len(data), "model")))
+            except (IndexError, ValueError):  # not a protobuf: loading it says so
+                return [model]
+    folder = model.parent.resolve()  # a location outside the model's folder is not loaded (ONNX Runtime refuses it)
+    return [model] + [folder / name for name in names
+                      if (folder / name).resolve().is_relative_to(folder) and (folder / name).is_file()]
+
+
+# the message fields _onnx_locations walks, by (message, field number): ModelProto.graph; GraphProto node,
+# initializer, sparse_initializer; NodeProto attribute; AttributeProto t, g, tensors, graphs; SparseTensorProto
+# values, indices; TensorProto external_data, whose entries are (key, value) string pairs
+_ONNX_FIELDS = {("model", 7): "graph", ("graph", 1): "node", ("graph", 5): "tensor", ("graph", 15): "sparse",
+                ("node", 5): "attribute", ("attribute", 5): "tensor", ("attribute", 6): "graph",
+                ("attribute", 10): "tensor", ("attribute", 11): "graph", ("sparse", 1): "tensor",
+                ("sparse", 2): "tensor", ("tensor", 13): "entry"}
+
+
+def _onnx_locations(data: bytes, start: int, end: int, message: str):
+    """The `location` of every tensor with external data in an ONNX protobuf (the onnx package is not needed on the
+    device): only the fields above are read, every other one is skipped by its length."""
+    entry, i = {}, start
+    while i < end:
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 1 or wire == 5:
+            i += 8 if wire == 1 else 4
+        elif wire == 2:
+            length, i = _varint(data, i)
+            inner = _ONNX_FIELDS.get((message, number))
+            if message == "entry":
+                entry[number] = data[i:i + length]
+            elif inner:
+                yield from _onnx_locations(data, i, i + length, inner)
+            i += length
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+    if message == "entry" and entry.get(1) == b"location":
+        yield entry.get(2, b"").decode("utf-8", "replace")
+
+
+def _varint(data: bytes, i: int) -> tuple:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if byte < 0x80:
+            return value, i
 
 
 def write_result(path: Path, result: dict) -> None:
