@@ -27,12 +27,17 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+LOG_BAR_S = 30  # seconds between progress bar updates when stderr is not a terminal (TQDM_MININTERVAL overrides)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    if not _terminal():  # a CI log: a progress bar's redraws (10 a second) are kept there as lines; one
+        os.environ.setdefault("TQDM_MININTERVAL", str(LOG_BAR_S))  # update in 30 s still shows rate and ETA
     main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
@@ -64,6 +69,14 @@ def main(argv=None) -> int:
         if argv is None and main_thread:  # the `edgekit` command, about to exit: a Ctrl-C during the interpreter's
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # shutdown (torch's exit hooks) printed a traceback or
         _leave_process_group()  # killed a process whose run had finished
+
+
+def _terminal() -> bool:
+    """Whether stderr is a terminal (not when it is closed: `2>&-`, or a wrapper closed it)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _say(message: str) -> None:
@@ -180,10 +193,10 @@ def build_parser():
 
     g = sub.add_parser("gate", help="check a finished run (or model files, for size) against budgets; exit 3 if over")
     g.add_argument("path", help="a run folder, its manifest.json, or (size only) a model file or folder")
-    g.add_argument("--max-size-mb", type=float, help="weights of each final artifact, in MB (10^6 bytes)")
-    g.add_argument("--max-latency-ms-p90", type=float, help="p90 latency in ms, as the bench stage or --target "
+    g.add_argument("--max-size-mb", metavar="N", help="weights of each final artifact, in MB (10^6 bytes)")
+    g.add_argument("--max-latency-ms-p90", metavar="N", help="p90 latency in ms, as the bench stage or --target "
                                                             "measured it")
-    g.add_argument("--min-accuracy-retained", type=float, help="accuracy / teacher accuracy as a fraction: 0.97 "
+    g.add_argument("--min-accuracy-retained", metavar="N", help="accuracy / teacher accuracy as a fraction: 0.97 "
                                                                "keeps 97%%")
     g.add_argument("--budget", action="append", default=[], metavar="METRIC<=N", help="any metric, repeatable")
     g.add_argument("--target", help="check the results of this device target (edgekit bench), against the run's "
@@ -332,14 +345,18 @@ def summary(manifest: dict) -> str:
 def cmd_gate(args) -> int:
     from edgekit import gate
 
-    budgets = [gate.parse_budget(b) for b in args.budget]
-    for value, metric, op in ((args.max_size_mb, "size_mb", "<="), (args.max_latency_ms_p90, "latency_ms_p90", "<="),
-                              (args.min_accuracy_retained, "accuracy_retained", ">=")):
-        if value is not None:
-            budgets.append((metric, op, value))
+    if args.junit and Path(args.junit).is_dir():
+        raise UsageError(f"--junit {args.junit} is a folder; give the path of the XML file to write")
     if args.junit and not Path(args.junit).resolve().parent.is_dir():
         raise UsageError(f"--junit {args.junit}: its folder does not exist; create it or give another path")
-    try:
+    try:  # a budget that does not parse is said in the CI reports too: an earlier passing gate.xml must not stay
+        budgets = [gate.parse_budget(b) for b in args.budget]
+        for value, metric, op, flag in ((args.max_size_mb, "size_mb", "<=", "--max-size-mb"),
+                                        (args.max_latency_ms_p90, "latency_ms_p90", "<=", "--max-latency-ms-p90"),
+                                        (args.min_accuracy_retained, "accuracy_retained", ">=",
+                                         "--min-accuracy-retained")):
+            if value is not None:
+                budgets.append((metric, op, gate.number_of(flag, value)))
         rows = gate.check(args.path, budgets, args.target)
     except EdgekitError as e:  # CI dashboards show why nothing was checked, not a missing file
         gate.write_reports([], str(args.path), args.junit, error=str(e))

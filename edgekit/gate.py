@@ -31,6 +31,15 @@ def parse_budget(text: str) -> tuple:
     return metric, op, bound
 
 
+def number_of(flag: str, text: str) -> float:
+    """A bound given as a flag's value (--max-size-mb 25), read here rather than by argparse: its error is one
+    more case the JUnit file and step summary must say."""
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{flag} {text}: give a number, without a unit (--max-size-mb 25 is 25 MB)")
+
+
 def weights_mb(path: Path) -> float:
     """Size of the weights of a model file or folder, in MB, from the files alone."""
     if not artifact.weight_files(path) or (path.is_file() and path.suffix not in artifact.WEIGHT_SUFFIXES):
@@ -241,24 +250,39 @@ def markdown(rows: list, title: str) -> str:
 
 def junit(rows: list, title: str, error: str = None) -> str:
     failures = sum(not r["ok"] for r in rows)
-    cases = [f'  <testcase classname="edgekit.gate" name="check"><error message={quoteattr(error)}/></testcase>'] \
+    cases = [f'  <testcase classname="edgekit.gate" name="check"><error message={attribute(error)}/></testcase>'] \
         if error else []
     for r in rows:
-        name = quoteattr(f"{label(r)} {r['op']} {r['target']:g}")
-        body = "" if r["ok"] else f"<failure message={quoteattr(f'actual {number(r)}{notes(r)}')}/>"
+        name = attribute(f"{label(r)} {r['op']} {r['target']:g}")
+        body = "" if r["ok"] else f"<failure message={attribute(f'actual {number(r)}{notes(r)}')}/>"
         cases.append(f'  <testcase classname="edgekit.gate" name={name}>{body}</testcase>')
-    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr("edgekit gate " + title)} '
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={attribute("edgekit gate " + title)} '
             f'tests="{len(cases)}" failures="{failures}" errors="{int(bool(error))}">\n' + "\n".join(cases)
             + "\n</testsuite>\n")
+
+
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def printable(text: str) -> str:
+    """`text` as UTF-8 can hold it and XML 1.0 allows it: a path's undecodable byte and a control character written
+    out as escapes, not a failed write or a JUnit file no parser reads."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def attribute(text: str) -> str:
+    return quoteattr(printable(text))
 
 
 def write_reports(rows: list, title: str, junit_file: str = None, error: str = None) -> None:
     """The GitHub step summary (when GITHUB_STEP_SUMMARY is set) and a JUnit file; `error`: why nothing was checked."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    title, error = printable(title), error and printable(error)
     if summary:
         text = f"### edgekit gate: {title}\n\ncould not check: {error}\n" if error else markdown(rows, title)
         try:
-            with open(summary, "a") as f:
+            with open(summary, "a", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:  # the verdict stands; the summary is a courtesy
             print(f"edgekit: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({e.strerror})", file=sys.stderr)

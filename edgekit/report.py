@@ -256,12 +256,14 @@ def build(run_dirs: list, out: Path) -> Path:
     if unmeasured:
         md += [f"Not in the accuracy/latency trade-off (no accuracy or no latency; add evaluate and bench stages): "
                f"{', '.join(unmeasured)}", ""]
-    sizes, left_out = {}, {}
+    sizes, left_out, absent = {}, {}, {}
     for (manifest, run), name in zip(runs, names):
         for s in manifest["stages"]:
             for o in (s["output"].get("outputs") or {"": s["output"]}).values():  # every target's and format's file
                 path, label = run / o["path"], f"{name}/{o['path']}"
-                if path.suffix == ".onnx" or (path / "model.safetensors").is_file():
+                if not path.exists():  # a copy of the run that holds some stages (a CI upload of the final one)
+                    absent[label] = True
+                elif path.suffix == ".onnx" or (path / "model.safetensors").is_file():
                     sizes[label] = sizes.get(label) or breakdown(path)
                 else:
                     left_out[label] = True
@@ -273,6 +275,8 @@ def build(run_dirs: list, out: Path) -> Path:
         md += [f"| {k} | " + " | ".join(f"{v[p]:.2f}" for p in PARTS) + " |" for k, v in sizes.items()]
     if left_out:
         md += ["", f"Not in the size breakdown (it reads ONNX files and transformers folders): {', '.join(left_out)}"]
+    if absent:
+        md += ["", f"Not in this copy of the run, so not in the size breakdown: {', '.join(absent)}"]
     text = "\n".join(md) + "\n"
     write_text(out / "report.md", text)
     write_text(out / "report.html", to_html(text, images))

@@ -326,3 +326,25 @@ def test_a_final_model_outside_the_run_is_checked_against_the_run_or_refused(fin
     shutil.copy(finished / "04-quantize" / "model.onnx", finished.parent / "elsewhere")
     with pytest.raises(EdgekitError, match="lies outside .* where no stage wrote it"):
         gate.check(finished, [])
+
+
+def test_every_refusal_replaces_the_ci_reports_and_odd_paths_still_give_valid_junit(finished, tmp_path, capsys,
+                                                                                    monkeypatch):
+    report, summary = tmp_path / "gate.xml", tmp_path / "summary.md"
+    assert cli.main(["gate", str(finished), "--junit", str(report)]) == 0  # a pass, then a gate that cannot check
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    for bad, said in ((["--budget", "size<=1"], "names unknown metric 'size'"),
+                      (["--max-size-mb", "25MB"], "--max-size-mb 25MB: give a number, without a unit")):
+        assert cli.main(["gate", str(finished), *bad, "--junit", str(report)]) == 2
+        assert said in capsys.readouterr().err
+        error = ET.parse(report).getroot().find("testcase/error")  # the earlier pass stayed in the file
+        assert error is not None and said in error.get("message") and said in summary.read_text()
+    assert cli.main(["gate", str(finished), "--junit", str(tmp_path)]) == 2
+    assert f"--junit {tmp_path} is a folder" in capsys.readouterr().err
+    for odd in ("ctl\x01x", "w&<\"x'\udcff"):  # a control character, an undecodable byte (os.fsdecode of 0xff)
+        run = tmp_path / odd
+        shutil.copytree(finished, run)
+        assert cli.main(["gate", str(run), "--max-size-mb", "0.001", "--junit", str(report)]) == 3
+        suite = ET.parse(report).getroot()  # it was not well-formed, or a UnicodeEncodeError traceback
+        assert suite.get("failures") == "1" and ("\\x01" in suite.get("name") or "\\udcff" in suite.get("name"))
+    assert summary.read_text(encoding="utf-8").count("### edgekit gate") == 4

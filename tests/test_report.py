@@ -191,9 +191,22 @@ def test_size_breakdown_covers_every_output_and_names_the_ones_it_cannot_read(pr
     run = copy_run(pruned_run, tmp_path / "run", edit)
     (run / "04-quantize" / "arm64-onnx").mkdir()
     shutil.copy(run / "04-quantize" / "model.onnx", run / "04-quantize" / "arm64-onnx" / "model.onnx")
+    (run / "04-quantize" / "x86-tflite").mkdir()
+    (run / "04-quantize" / "x86-tflite" / "model.tflite").write_bytes(b"TFL3")
     md = report.build([run], tmp_path / "rep").read_text()
     assert "| run/04-quantize/arm64-onnx/model.onnx | " in md  # was each stage's first output only
     assert "Not in the size breakdown (it reads ONNX files and transformers folders): run/04-quantize/x86-tflite/" in md
+
+
+def test_a_copy_of_the_final_stage_alone_is_reported_as_gate_checks_it(pruned_run, tmp_path):
+    upload = tmp_path / "artifacts" / "run"  # docs/ci.md's upload: manifest.json and the final stage's folder
+    upload.mkdir(parents=True)
+    shutil.copy(pruned_run / "manifest.json", upload)
+    shutil.copytree(pruned_run / "04-quantize", upload / "04-quantize")
+    md = report.build([upload], tmp_path / "rep").read_text()  # was: 03-export/model.onnx does not exist
+    assert "| run/04-quantize/model.onnx | " in md
+    assert "Not in this copy of the run, so not in the size breakdown: run/01-finetune/model, run/02-prune/model, " \
+           "run/03-export/model.onnx" in md
 
 
 def test_small_models_get_bubbles_of_their_own_size(tmp_path, monkeypatch):
