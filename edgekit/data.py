@@ -385,6 +385,11 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                     if isinstance(record.get(key), (list, dict)):  # multi-label data: its repr is no class name
                         kind = "a list" if isinstance(record[key], list) else "an object"
                         raise EdgekitError(f"{path}: {what} on line {n} is {kind}; {todo}")
+                for key in used:  # JSON's \\ud800 escape alone: text no tokenizer (nor UTF-8) takes
+                    if isinstance(record.get(key), str) and not _encodes(record[key]):
+                        raise EdgekitError(f"{path} line {n}: its {key!r} holds half a character (an unpaired "
+                                           f"surrogate, \\ud800-\\udfff: an emoji cut in two where the file was "
+                                           f"written); fix or remove that row")
                 records.append(record)
         if records:  # a key any record has is a column; a record without it is a row without that value
             _check_columns(path, list(dict.fromkeys(k for r in records for k in r)), used)
@@ -409,6 +414,14 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")
     return rows, len(records)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 class _Record(dict):

@@ -4,6 +4,7 @@
     model(["a gripping, funny film"])  # {"labels": ["fresh"], "probs": array([[0.92, 0.08]])} (fresh, rotten)
 """
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -20,6 +21,9 @@ def load(path, threads: int = 0, max_length: int = 0):
     transformers folder or a TorchScript .pt it calls torch.set_num_threads: every torch model in the process."""
     threads = whole_number("threads", threads, 1)
     max_length = whole_number("max_length", max_length, MIN_LENGTH)
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes) or str(path).strip() == "":
+        raise EdgekitError(f"load takes a path (a string or pathlib.Path), got {path!r}: give a run folder, a "
+                           f"transformers folder, or a .onnx, .tflite or .pt file")  # "" was the working folder
     path = Path(path).expanduser()
     if not path.exists():
         raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")
@@ -294,11 +298,16 @@ def as_texts(texts) -> list:
                            f"the order you want the predictions")
     if not hasattr(texts, "__iter__") or isinstance(texts, np.ndarray) and texts.ndim == 0:
         raise EdgekitError(f"a model takes a string or a list of strings, got {got}; give str(...) or a list")
+    if hasattr(texts, "columns"):  # a DataFrame iterates its column names: those were predicted on
+        raise EdgekitError(f"a model takes a list of texts, got a {type(texts).__name__}; give one column, "
+                           f"df['text'].tolist(), or pairs as df[['text', 'text_pair']].values")
     texts = [as_pair(t) if isinstance(t, (tuple, list, np.ndarray)) else t for t in texts]
-    odd = [t for t in texts if not isinstance(t, (str, tuple))]
-    if odd:
-        decode = "; decode bytes first: .decode('utf-8')" if isinstance(odd[0], (bytes, bytearray)) else ""
-        raise EdgekitError(f"a model takes texts (strings), got {type(odd[0]).__name__} {short(odd[0])}{decode}")
+    odd = next((i for i, t in enumerate(texts) if not isinstance(t, (str, tuple))), None)
+    if odd is not None:  # which one: a NaN (a pandas gap) among 10,000 texts
+        decode = "; decode bytes first: .decode('utf-8')" if isinstance(texts[odd], (bytes, bytearray)) else \
+            "; give a pair as a tuple: (text, text_pair)" if isinstance(texts[odd], dict) else ""
+        raise EdgekitError(f"a model takes texts (strings), got {type(texts[odd]).__name__} {short(texts[odd])} at "
+                           f"index {odd}{decode}")
     return texts
 
 
@@ -358,10 +367,11 @@ class TorchScriptModel(Reloads):
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
         if threads:
             torch.set_num_threads(threads)
-        try:
-            self.module = torch.jit.load(str(path), map_location="cpu").eval()
-        except Exception as e:
-            raise EdgekitError(f"torch.jit cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
+        with native.hidden_output():  # an INT8 file's load warns once that quantized tensors are deprecated
+            try:
+                self.module = torch.jit.load(str(path), map_location="cpu").eval()
+            except Exception as e:
+                raise EdgekitError(f"torch.jit cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
         self.per_sentence = dynamic_int8(self.meta)
 
     def logits(self, batch: dict) -> np.ndarray:

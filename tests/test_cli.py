@@ -139,6 +139,8 @@ def test_accuracy_bounds_are_fractions(tmp_path):
     assert done.returncode == 2 and "accuracy_retained 97 is not a fraction: 0.97 means 97%" in done.stderr
     done = edgekit("compress", "--dry-run", "budgets.accuracy_retained=>= 97")
     assert done.returncode == 2 and "not a fraction" in done.stderr
+    from edgekit import recipe
+    assert "label_agreement 99 is not a fraction" in recipe.bound_problem("label_agreement", 99)  # was always OVER
 
 
 def test_usage_mistakes_outside_recipes_exit_2_and_help_names_the_exit_codes():

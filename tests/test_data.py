@@ -313,6 +313,7 @@ def test_fractional_number_labels_are_refused_as_a_regression_target(tmp_path):
     ('{"text": "x", "label": ["a", "b"]}', "label on line 61 is a list; edgekit trains single-label classifiers"),
     ('{"text": "x", "label": {"a": 1}}', "label on line 61 is an object; edgekit trains single-label classifiers"),
     ('{"text": ["x"], "label": "a"}', "text on line 61 is a list; give each text as a string"),
+    ('{"text": "half \\ud83d an emoji", "label": "a"}', "line 61: its 'text' holds half a character"),  # a traceback
 ])
 def test_jsonl_lists_and_objects_are_refused_with_their_line(tmp_path, line, message):
     f = tmp_path / "d.jsonl"  # was: a class named "['a', 'b']", a text "['x']"

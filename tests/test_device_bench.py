@@ -122,7 +122,7 @@ def test_unknown_labels_and_missing_runtime(exported, alone, tmp_path):
     bad.write_text("text,label\ngood film,great\nbad film,awful\n")
     out = alone / "result.json"
     done = run_runner([str(exported["onnx"]), "--data", str(bad), "--out", str(out), "--runs", "2"], cwd=alone)
-    assert done.returncode == 1 and "has labels the model does not know (awful, great); the model's labels: neg, pos" \
+    assert done.returncode == 1 and "does not know (awful, great; the first on line 2); the model's labels: neg, pos" \
         in done.stderr and not out.exists()
     done = run_runner([str(exported["onnx"]), "--out", str(out)], cwd=alone, extra="sys.modules['onnxruntime'] = None; ")
     assert done.returncode == 1 and "onnxruntime is not installed for" in done.stderr and "venv: true" in done.stderr
@@ -226,3 +226,43 @@ def test_the_runner_reads_tsv_and_jsonl_as_compress_does(tmp_path):
         assert read[name] == [t for t, _, _ in compress] and ids == [1, 0, 1], name
     assert read["d.tsv"] == ['"Best film ever, 5" stars', "a plain one", 'He said "hi"']  # pandas' quoting undone
     assert read["d.jsonl"] == [t for t, _ in rows]
+
+
+def test_every_labelled_row_is_read_as_compress_reads_it_and_checked_before_anything_is_timed(tmp_path, exported,
+                                                                                              monkeypatch):
+    runner = devices.runner_module()
+    labels = ["false", "true"]
+    (tmp_path / "d.jsonl").write_text('{"text": "good film", "label": true}\n{"text": "", "label": false}\n'
+                                      '{"text": "nope", "label": null}\n{"text": "bad film", "label": false}\n')
+    compress = [(t, y) for t, y, _ in data._read_file(tmp_path / "d.jsonl", "text", "label", "")[0]]
+    assert runner.read_labelled(tmp_path / "d.jsonl", labels, "text", "label") == (["good film", "bad film"], [1, 0])
+    assert compress == [("good film", "true"), ("bad film", "false")]  # JSON's true was read as True and refused
+    for body, line in (('{"text": "a", "label": 0}\n{"text": "half \\ud800 an emoji", "label": 1}\n',
+                        "line 2 holds half a character"),  # a TypeError traceback after the whole benchmark
+                       ('{"text": "a", "label": 0}\n{"label": 1, "text": ["a", "b"]}\n', "line 2 gives a list"),
+                       ('{"text": "a", "label": 0}\n{"text": "b", "label": 1\n', "line 2 is not JSON"),  # said 1
+                       ("text,label\na,0\nb,2\n", "line 3 has label 2, outside 0..1"),
+                       ("label,text\n0,a\n1\n", "line 3 has 1 field, the header has 2"),  # text None: TypeError
+                       ("text,label\na,0\nb,1,extra\n", "line 3 has 3 fields, the header has 2")):
+        path = tmp_path / ("bad.jsonl" if body.startswith("{") else "bad.csv")
+        path.write_text(body)
+        with pytest.raises(runner.BenchError, match=line):
+            runner.read_labelled(path, labels, "text", "label")
+    monkeypatch.setattr(runner, "timed", lambda *a: pytest.fail("timed before the data was read"))
+    args = runner.parser().parse_args([str(exported["onnx"]), "--data", str(tmp_path / "bad.csv")])
+    with pytest.raises(runner.BenchError, match="line 3 has 3 fields"):
+        runner.bench(exported["onnx"], runner.read_sidecar(exported["onnx"]), args)
+
+
+def test_an_export_folder_runs_its_model_and_tflite_says_which_bucket_ran(exported, alone):
+    out = alone / "r.json"
+    done = run_runner([str(exported["tflite"].parent), "--out", str(out), "--runs", "2", "--warmup", "0",
+                       "--seq-len", "20"], cwd=alone)  # a folder said '.../model.json not found' one level up
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert (result["model"], result["seq_len"], result["bucket"]) == ("model.tflite", 20, 32)  # buckets 16, 32
+    (alone / "two").mkdir()
+    for name in ("a.onnx", "b.onnx"):
+        (alone / "two" / name).write_bytes(b"x")
+    done = run_runner([str(alone / "two"), "--out", str(out)], cwd=alone)
+    assert done.returncode == 1 and "is a folder holding 2 model files (a.onnx, b.onnx); give the .onnx" in done.stderr

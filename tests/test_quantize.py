@@ -97,6 +97,9 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr[-800:]
+    quiet = f"import edgekit; m = edgekit.load({str(int8.path)!r}); m(['good film']); print('ok')"
+    done = subprocess.run([sys.executable, "-c", quiet], capture_output=True, text=True)  # a host's stderr got
+    assert (done.stdout.strip(), done.stderr) == ("ok", ""), done.stderr[-800:]  # libtorch's deprecation warning
 
 
 def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(tmp_path, model_dir, csv_file,

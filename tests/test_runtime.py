@@ -92,6 +92,9 @@ def test_unknown_path_names_what_loads(tmp_path):
         runtime.load(tmp_path / "weights.bin")
     with pytest.raises(EdgekitError, match="nothing.onnx does not exist"):
         runtime.load(tmp_path / "nothing.onnx")
+    for bad in (None, 123, b"/x", "", "  "):  # a pathlib TypeError; "" loaded the working folder's run
+        with pytest.raises(EdgekitError, match=f"load takes a path .*got {re.escape(repr(bad))}"):
+            runtime.load(bad)
 
 
 def test_the_dynamo_exporter_writes_a_valid_file_at_the_default_opset(model_dir, csv_file, tmp_path):
@@ -205,6 +208,15 @@ def test_one_string_is_one_text_and_no_texts_is_no_predictions(exported):
     assert empty["labels"] == [] and empty["probs"].shape == (0, 2)
     with pytest.raises(EdgekitError, match="a model takes texts"):
         model([1, 2])
+    with pytest.raises(EdgekitError, match="got float nan at index 2"):  # which of 10,000 texts is pandas' gap
+        model(["a", "b", float("nan")])
+    with pytest.raises(EdgekitError, match="give a pair as a tuple: \\(text, text_pair\\)"):
+        model([{"text": "a", "text_pair": "b"}])
+
+    class Frame(list):  # what matters of a pandas DataFrame: iterating it gives its column names
+        columns = ["text"]
+    with pytest.raises(EdgekitError, match="got a Frame; give one column, df\\['text'\\].tolist\\(\\)"):
+        model(Frame(["text"]))  # was a prediction for the word "text"
 
 
 def test_torchscript_export_checks_itself_and_loads_with_the_same_call(tmp_path, model_dir, csv_file):

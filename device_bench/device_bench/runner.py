@@ -11,6 +11,7 @@ peak RSS (VmHWM). The result is written once, at the end, through a temporary fi
 Unknown sidecar keys are ignored.
 """
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -286,40 +287,90 @@ def unquoted(field: str) -> str:
 
 
 def read_labelled(path: Path, labels: list, text_column: str, label_column: str, pair_column: str = "") -> tuple:
-    """(texts, label ids) from a CSV, TSV or JSONL file as edgekit compress reads them; labels by name, or by index
-    when the file uses integers. With `pair_column` (a model for text pairs) each text is the pair (text, text_pair)."""
+    """(texts, label ids) from a CSV, TSV or JSONL file as edgekit compress reads them: a row with an empty text or
+    label is left out, labels by name, or by index when the file uses integers. With `pair_column` (a model for
+    text pairs) each text is the pair (text, text_pair). Every row is checked before anything is timed."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
-        lines = [line for line in text.splitlines() if line.strip()]
-        if path.suffix == ".jsonl":
-            rows = [{k: "" if v is None else str(v) for k, v in json.loads(line).items()} for line in lines]
-        elif path.suffix == ".tsv" and len({line.count("\t") for line in lines}) == 1:  # plain (GLUE's): quotes are text
-            fields = [[unquoted(x) for x in line.split("\t")] for line in lines]
-            rows = [dict(zip(fields[0], line)) for line in fields[1:]]
-        else:
-            rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ","))
-    except (OSError, UnicodeDecodeError, csv.Error, ValueError, AttributeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV, TSV or JSONL file with columns "
                          f"{text_column},{label_column}")
     columns = [text_column] + ([pair_column] if pair_column else []) + [label_column]
-    if not rows or any(c not in rows[0] for c in columns):
+    numbered = list(_records(path, text, columns))
+    if not numbered or any(c not in numbered[0][1] for c in columns):
         raise BenchError(f"{path} needs a header with columns {', '.join(columns)} and at least one row"
                          + (" (the model reads text pairs; --text-pair-column names the second text's column)"
                             if pair_column else ""))
+    kept = []
+    for n, row in numbered:
+        values = [row.get(c) for c in columns]
+        if any(v is None or v.strip() in ("", "nan", "NaN", "NAN") for v in values):
+            continue  # a missing value (pandas writes one as nan): the row carries no example
+        try:
+            "".join(values).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BenchError(f"{path} line {n} holds half a character (an unpaired surrogate, \\ud800-\\udfff: an "
+                             f"emoji cut in two where the file was written); fix or remove that row")
+        kept.append((n, values[:-1], unicodedata.normalize("NFC", values[-1]).strip()))  # NFD (macOS) is NFC
+    if not kept:
+        raise BenchError(f"{path} has no row with both a text and a label")
     index = {name: i for i, name in enumerate(labels)}
-    raw = [unicodedata.normalize("NFC", r[label_column] or "").strip() for r in rows]  # as edgekit compress reads them
-    if all(v in index for v in raw):
-        ids = [index[v] for v in raw]
-    elif all(v.strip().isdigit() and int(v) < len(labels) for v in raw):
-        ids = [int(v) for v in raw]
+    if all(label in index for _, _, label in kept):
+        ids = [index[label] for _, _, label in kept]
+    elif all(label.isdigit() for _, _, label in kept):
+        if outside := [(n, label) for n, _, label in kept if int(label) >= len(labels)]:
+            raise BenchError(f"{path} line {outside[0][0]} has label {outside[0][1]}, outside 0..{len(labels) - 1} "
+                             f"(the model's {len(labels)} labels: {', '.join(labels)})")
+        ids = [int(label) for _, _, label in kept]
     else:
-        unknown = sorted({v for v in raw if v not in index})
-        raise BenchError(f"{path} has labels the model does not know ({', '.join(unknown[:5])}); the model's labels: "
-                         f"{', '.join(labels)}; give the test split of the data the model was trained on")
-    if pair_column:
-        return [(r[text_column] or "", r[pair_column] or "") for r in rows], ids
-    return [r[text_column] for r in rows], ids
+        n, label = next((n, label) for n, _, label in kept if label not in index)
+        unknown = sorted({label for _, _, label in kept if label not in index})
+        raise BenchError(f"{path} has labels the model does not know ({', '.join(unknown[:5])}; the first on line "
+                         f"{n}); the model's labels: {', '.join(labels)}; give the test split of the data the model "
+                         f"was trained on")
+    return [tuple(t) if pair_column else t[0] for _, t, _ in kept], ids
+
+
+def _records(path: Path, text: str, columns: list):
+    """(line, {column: value or None}) of each row; values as edgekit compress reads them (JSON's true as "true")."""
+    lines = text.splitlines()
+    if path.suffix == ".jsonl":
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise BenchError(f"{path} line {n} is not JSON ({getattr(e, 'msg', e)}); each line must be one "
+                                 f"JSON object")
+            if not isinstance(record, dict):
+                raise BenchError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
+            if any(isinstance(record.get(c), (list, dict)) for c in columns):
+                raise BenchError(f"{path} line {n} gives a list or an object as a text or label; give strings")
+            yield n, {k: None if v is None else json.dumps(v) if isinstance(v, bool) else str(v)
+                      for k, v in record.items()}
+        return
+    if path.suffix == ".tsv" and len({line.count("\t") for line in lines if line.strip()}) == 1:  # plain (GLUE's):
+        numbered = [(n, [unquoted(x) for x in line.split("\t")]) for n, line in enumerate(lines, 1) if line.strip()]
+    else:  # quotes are text there
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
+        try:
+            numbered = [(reader.line_num, row) for row in reader if row]
+        except csv.Error as e:
+            raise BenchError(f"{path} line {reader.line_num}: {e}; check the quotes on that line")
+    if not numbered:
+        return
+    (_, header), sep = numbered[0], "tab" if path.suffix == ".tsv" else "comma"
+    needed = 1 + max((header.index(c) for c in columns if c in header), default=-1)
+    for n, row in numbered[1:]:
+        while len(row) > len(header) and not row[-1].strip():  # trailing empty fields shift nothing
+            row = row[:-1]
+        if len(row) > len(header) or len(row) < needed:
+            raise BenchError(f"{path} line {n} has {len(row)} field{'s' if len(row) != 1 else ''}, the header has "
+                             f"{len(header)}; put a text that holds a {sep} in double quotes, and give every row a "
+                             f"{sep} before each value (an empty value leaves the row out)")
+        yield n, dict(zip(header, row))
 
 
 def bench(model: Path, meta: dict, args) -> dict:
@@ -329,6 +380,9 @@ def bench(model: Path, meta: dict, args) -> dict:
     if args.text_pair_column and args.text_pair_column in (args.text_column, args.label_column):
         raise BenchError(f"--text-pair-column {args.text_pair_column} names the text or label column; give the "
                          f"column of each row's second text")
+    if args.data:  # read and checked whole before anything is timed: a bad row is said at once
+        pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
+        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
     started = time.perf_counter()
     runner = (OnnxRunner if meta["format"] == "onnx" else TFLiteRunner)(model, meta, args.threads)
     tokenizer = Tokenizer(model.parent / meta["tokenizer"], meta)
@@ -354,9 +408,9 @@ def bench(model: Path, meta: dict, args) -> dict:
                        f"batch_{args.batch}": round(1e3 * args.batch * len(batched) / sum(batched), 2)},
         "batch": args.batch, "batch_mode": "one call" if meta["format"] == "onnx" else "one call per row (static batch 1)",
     }
+    if meta["format"] == "tflite":  # the signature that ran: the smallest bucket holding seq_len tokens
+        result["bucket"] = next((b for b in runner.buckets if b >= ids.shape[1]), runner.buckets[-1])
     if args.data:
-        pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
-        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
         predictions, sentence_ms = [], []
         for text in texts:  # one sentence at a time, tokenization included: the path a device app takes
             t = time.perf_counter()
@@ -441,13 +495,26 @@ def _varint(data: bytes, i: int) -> tuple:
             return value, i
 
 
+def model_file(path: Path) -> Path:
+    """MODEL as given, or the one model file in a folder given instead (edgekit's export folders hold one)."""
+    if not path.is_dir():
+        return path
+    found = sorted(p for p in path.iterdir() if p.suffix in (".onnx", ".tflite"))
+    if len(found) != 1:
+        raise BenchError(f"{path} is a folder holding {len(found)} model files"
+                         f"{' (' + ', '.join(p.name for p in found) + ')' if found else ''}; give the .onnx or "
+                         f".tflite file to run")
+    return found[0]
+
+
 def write_result(path: Path, result: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(json.dumps(result, indent=2))
         os.replace(tmp, path)
     except OSError as e:  # a full disk, a folder that went away: one line, and no half-written file left
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder refuses the unlink too
+            tmp.unlink(missing_ok=True)
         raise BenchError(f"cannot write {path} ({e.strerror}); free space or give another --out, then run again")
 
 
@@ -490,8 +557,11 @@ def main(argv=None) -> int:
     if not out.absolute().parent.is_dir():
         p.error(f"--out {args.out}: folder {out.absolute().parent} does not exist; create it or give a path in a "
                 f"folder that exists")
+    if not os.access(out.absolute().parent, os.W_OK):
+        p.error(f"--out {args.out}: folder {out.absolute().parent} is not writable (a read-only file system or "
+                f"permissions); give a path in a folder this user can write")
     try:
-        model = Path(args.model)
+        model = model_file(Path(args.model))
         meta = read_sidecar(model, Path(args.meta) if args.meta else None)
         result = bench(model, meta, args)
         write_result(out, result)
