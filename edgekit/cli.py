@@ -27,6 +27,8 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+RESUMES = ("compress", "sweep")  # commands whose finished stages a second run reuses
+OUTS = ("compress", "sweep", "report", "compare")  # commands with an --out folder
 LOG_BAR_S = 30  # seconds between progress bar updates when stderr is not a terminal (TQDM_MININTERVAL overrides)
 
 
@@ -55,11 +57,11 @@ def main(argv=None) -> int:
         if args.verbose:
             _say(traceback.format_exc().rstrip())
         _close_bars()
-        _say(f"edgekit: error{_rank()}: {os_problem(e)}")
+        _say(f"edgekit: error{_rank()}: {os_problem(e, args.command)}")
         return 1
     except KeyboardInterrupt as e:
         _close_bars()
-        resumes = args.command in ("compress", "sweep")  # finished stages are kept; the rest start over
+        resumes = args.command in RESUMES  # finished stages are kept; the rest start over
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
         _say(f"edgekit: {what}{'; run the same command again to resume' if resumes else ''}")
         return 143 if isinstance(e, Terminated) else 130
@@ -107,14 +109,16 @@ def script(main) -> int:
         return 130
 
 
-def os_problem(e: OSError) -> str:
-    """What went wrong with a file, and what to do, by the error's kind."""
+def os_problem(e: OSError, command: str = "compress") -> str:
+    """What went wrong with a file, and what to do, by the error's kind and the command that met it."""
     where = f" {e.filename}" if e.filename else ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"cannot write{where}: {e.strerror}; free space, then run the same command again (finished stages "
-                f"are kept)")
+        kept = " (finished stages are kept)" if command in RESUMES else ""
+        return f"cannot write{where}: {e.strerror}; free space, then run the same command again{kept}"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"not allowed to write or read{where} ({e.strerror}); fix its permissions or choose another folder"
+        other = {"bench": "; edgekit bench writes its results into the run folder: bench a copy you can write",
+                 "gate": "; give --junit a path you can write"}.get(command, " (--out)" if command in OUTS else "")
+        return f"not allowed to write or read{where} ({e.strerror}); fix its permissions or choose another folder{other}"
     if e.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
         return f"{where.strip()} is in the way ({e.strerror}); give a path where a file or folder stands for itself"
     if e.errno == errno.ENOENT:
@@ -357,7 +361,7 @@ def cmd_gate(args) -> int:
                                          "--min-accuracy-retained")):
             if value is not None:
                 budgets.append((metric, op, gate.number_of(flag, value)))
-        rows = gate.check(args.path, budgets, args.target)
+        rows = gate.check(args.path, list(dict.fromkeys(budgets)), args.target)  # a budget given twice: one row
     except EdgekitError as e:  # CI dashboards show why nothing was checked, not a missing file
         gate.write_reports([], str(args.path), args.junit, error=str(e))
         raise

@@ -108,6 +108,11 @@ def test_file_errors_say_what_to_do_by_their_kind():
     full = cli.os_problem(OSError(errno.ENOSPC, "No space left on device", "/r/02-distill/model.safetensors"))
     assert full.startswith("cannot write /r/02-distill/model.safetensors: No space left on device; free space")
     assert "permissions" in cli.os_problem(OSError(errno.EACCES, "Permission denied", "/r"))
+    assert "stages" not in cli.os_problem(OSError(errno.ENOSPC, "No space left on device", "<stdout>"), "gate")
+    assert cli.os_problem(OSError(errno.EROFS, "Read-only file system", "/r/report"), "report").endswith(
+        "choose another folder (--out)")  # a read-only run: report --out elsewhere works
+    assert "bench writes its results into the run folder" in \
+        cli.os_problem(OSError(errno.EROFS, "Read-only file system", "/r/.lock"), "bench")
     gone = cli.os_problem(OSError(errno.ENOENT, "No such file or directory", "/missing/dir/g.xml.tmp"))
     assert gone.startswith("/missing/dir/g.xml.tmp does not exist") and "free space" not in gone
     # transformers raises a bare OSError: said to be a disk or permissions problem before

@@ -339,6 +339,8 @@ def test_every_refusal_replaces_the_ci_reports_and_odd_paths_still_give_valid_ju
         assert said in capsys.readouterr().err
         error = ET.parse(report).getroot().find("testcase/error")  # the earlier pass stayed in the file
         assert error is not None and said in error.get("message") and said in summary.read_text()
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100", "--budget", "size_mb<=100"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # one budget given twice: was two rows, two testcases
     assert cli.main(["gate", str(finished), "--junit", str(tmp_path)]) == 2
     assert f"--junit {tmp_path} is a folder" in capsys.readouterr().err
     for odd in ("ctl\x01x", "w&<\"x'\udcff"):  # a control character, an undecodable byte (os.fsdecode of 0xff)
@@ -347,4 +349,4 @@ def test_every_refusal_replaces_the_ci_reports_and_odd_paths_still_give_valid_ju
         assert cli.main(["gate", str(run), "--max-size-mb", "0.001", "--junit", str(report)]) == 3
         suite = ET.parse(report).getroot()  # it was not well-formed, or a UnicodeEncodeError traceback
         assert suite.get("failures") == "1" and ("\\x01" in suite.get("name") or "\\udcff" in suite.get("name"))
-    assert summary.read_text(encoding="utf-8").count("### edgekit gate") == 4
+    assert summary.read_text(encoding="utf-8").count("### edgekit gate") == 5  # 2 refusals, 1 pass, 2 odd paths
