@@ -254,7 +254,7 @@ def cmd_compress(args) -> int:
     resolved = pipeline.resolve(args.recipe, args.teacher, args.data, args.overrides)
     if args.dry_run:
         if splits := pipeline.check_inputs(resolved):
-            pipeline.tell_data(splits, True)
+            pipeline.tell_data(splits, True, resolved)
         print(recipe.dump(resolved), end="")
         return 0
     out = Path(args.out) if args.out else Path("artifacts") / resolved["name"]

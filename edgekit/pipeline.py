@@ -231,7 +231,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
                              f"run here (no manifest.json lists it); a run would replace it: move it away or choose "
                              f"another --out")
         if warn:
-            tell_data(splits, progress)  # after the checks: a refused run says one line
+            tell_data(splits, progress, recipe)  # after the checks: a refused run says one line
             tell_length(splits, source, recipe["max_length"], progress)
         import torch
 
@@ -684,10 +684,11 @@ def check_local_files(recipe: dict) -> None:
             data.check_transfer(source)
 
 
-def tell_data(splits, progress: bool) -> None:
-    """What was read (with progress) and what looks wrong in it (always), on stderr."""
+def tell_data(splits, progress: bool, recipe: dict = None) -> None:
+    """What was read (with progress) and what looks wrong in it, and settings that change nothing (always), on
+    stderr."""
     log(data.describe(splits), progress)
-    for warning in data.warnings(splits):
+    for warning in data.warnings(splits) + (recipes.ineffective(recipe) if recipe else []):
         print(f"edgekit: warning: {warning}", file=sys.stderr, flush=True)
 
 
@@ -763,7 +764,8 @@ def check_shapes(recipe: dict, teacher: Path) -> None:
                 raise UsageError(f"prune.hidden_keep: hidden-width pruning supports {', '.join(families.HIDDEN_FAMILIES)}"
                                  f", not {model.model_type} (the model it prunes); leave hidden_keep at 1")
             width = getattr(model, "embedding_size", None) or families.hidden_width(model)  # ALBERT's is factorized
-            if problem := (prune.heads_problem(settings["heads_per_layer"], model.num_attention_heads)
+            heads = model.num_attention_heads
+            if problem := (prune.heads_problem(settings["heads_per_layer"], heads, settings["scope"])
                            or prune.rank_problem(settings["embedding_rank"], width)):
                 raise UsageError(problem)
 

@@ -156,6 +156,31 @@ def validate(recipe: dict) -> dict:
     return recipe
 
 
+# settings that do nothing unless another one is set: (stage, setting, the other's test, what to set)
+NEEDS = (("distill", "augment_p", lambda s: s["augment"] > 0, "distill.augment > 0"),
+         ("distill", "augment_k", lambda s: s["augment"] > 0, "distill.augment > 0"),
+         *(("prune", k, lambda s: s["recover_epochs"] > 0, "prune.recover_epochs > 0")
+           for k in ("lr", "temperature", "recover_from", "checkpoint_every", "batch_size")),
+         ("prune", "importance_batches", lambda s: s["importance"] == "gradient", "prune.importance: gradient"),
+         ("quantize", "calibration", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"),
+         ("quantize", "calibration_size", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"))
+
+
+def ineffective(recipe: dict) -> list:
+    """Settings given that change nothing in this recipe (a stage ignores them without the setting they serve):
+    said as warnings, since a recipe that sets them most likely meant something else."""
+    out = []
+    for stage, key, needed, what in NEEDS:
+        if stage in recipe["stages"]:
+            settings, default = recipe[stage], _defaults(stages.entry(stage)).get(key)
+            if settings.get(key) != default and not needed(settings):
+                out.append(f"{stage}.{key} is set but does nothing without {what}")
+    if "export" in recipe["stages"] and recipe["export"].get("buckets") is not None and "tflite" not in \
+            targets.formats_for(recipe["targets"], recipe["export"]["format"]):
+        out.append("export.buckets is set but does nothing: no target exports TFLite, the only format with buckets")
+    return out
+
+
 def _check_data(recipe: dict) -> list:
     spec = recipe.get("data")
     if isinstance(spec, str):

@@ -10,6 +10,7 @@ import itertools
 import json
 import shutil
 import socket
+import sys
 import traceback
 from pathlib import Path
 
@@ -93,6 +94,9 @@ def sweep(recipe_name: str, overrides: list, out: Path, ray_address: str = None,
         if splits and (source := json.dumps(recipe["data"], sort_keys=True)) not in told:
             told.add(source)  # each data source's warnings once, not once per point
             pipeline.tell_data(splits, progress)
+        for warning in set(recipes.ineffective(recipe)) - told:  # and each setting that changes nothing
+            told.add(warning)
+            print(f"edgekit: warning: {warning}", file=sys.stderr, flush=True)
     if ray_address:
         check_ray(ray_address)  # before anything is written
     out = Path(out).resolve()  # Ray workers may start elsewhere

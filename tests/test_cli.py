@@ -347,7 +347,13 @@ def test_what_was_read_is_told_and_labels_that_look_alike_are_warned_about(model
     assert cli.main(["compress", "--recipe", str(recipe), "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert "data: 150 rows read, 30 skipped (empty text or label);" in err and "classes: Pos 30, neg 60, pos 30" in err
-    assert "warning: labels 'Pos' and 'pos' differ only in case" in err
+    assert "warning: labels 'Pos' and 'pos' differ only in case" in err and "does nothing" not in err
+    assert cli.main(["compress", "--recipe", str(recipe), "--dry-run", "finetune.epochs=1"]) == 0
+    assert cli.main(["compress", "--recipe", str(recipe), "--dry-run", "stages=[finetune,prune,export]",
+                     "prune.lr=1e-3", "export.buckets=[16]"]) == 0  # each ran, silently changing nothing
+    err = capsys.readouterr().err
+    assert "warning: prune.lr is set but does nothing without prune.recover_epochs > 0" in err
+    assert "warning: export.buckets is set but does nothing: no target exports TFLite" in err
     assert cli.main(["compress", "--recipe", str(recipe), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     err = capsys.readouterr().err  # --quiet drops the counts, never the warning
     assert "data: 150 rows" not in err and "warning: labels 'Pos' and 'pos' differ only in case" in err

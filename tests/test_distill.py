@@ -191,6 +191,8 @@ def test_bad_init_from_is_one_line_and_writes_nothing(model_dir, csv_file, tmp_p
 @pytest.mark.parametrize("settings, message", [
     ({"layers": [0, 9]}, "teacher layer indices 0..3"),
     ({"layers": "half"}, "give every_other, all, or a list"),
+    ({"layers": [1, 1]}, "give each layer once, in increasing order"),  # ran: one layer copied twice
+    ({"layers": [3, 1]}, "in increasing order .* for example \\[1, 3\\]"),  # ran: the stack turned round
     ({"layer_map": [0, 4]}, "layer_map .* does not fit"),
     ({"student_config": NARROW, "hidden": 1.0, "projection": False}, "projection is false"),
     ({"intermediate_epochs": 1, "cosine": 0.0}, "needs an intermediate loss"),

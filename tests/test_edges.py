@@ -234,3 +234,27 @@ def test_a_drop_equal_to_max_accuracy_drop_is_met_without_keeping_nodes_in_float
     monkeypatch.setattr(quantize, "keep_sensitive_in_float", lambda *a: (0.0, ["node"]))
     q = quantize.run(fp32, tmp_path / "q", ctx, max_accuracy_drop=0.01, check_sentences=8).metrics["quantization"]
     assert q["kept_float"] == kept and q["met"] is True
+
+
+def test_batched_predictions_group_sentences_of_one_length_and_come_back_in_order():
+    import numpy as np
+
+    from edgekit.stages import evaluate
+
+    class Model:  # class 1 for texts with an "x"; records the lengths of each batch
+        batches = []
+
+        def encode(self, texts):
+            self.batches.append([len(t) for t in texts])
+            return texts
+
+        def logits(self, texts):
+            return np.array([[0.0, 1.0] if "x" in t else [1.0, 0.0] for t in texts])
+
+    examples = [("x" * n if n % 3 == 0 else "a" * n, 0) for n in (9, 1, 7, 3, 8, 2, 6, 4)]
+    model = Model()
+    said = evaluate.predictions(model, examples, 4, False, "test")
+    assert said == [int("x" in t) for t, _ in examples]
+    assert model.batches == [[1, 2, 3, 4], [6, 7, 8, 9]]  # was file order: each batch padded to its longest
+    model.batches.clear()
+    assert evaluate.predictions(model, examples, 1, False, "test") == said and model.batches[0] == [9]

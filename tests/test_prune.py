@@ -27,6 +27,22 @@ def test_gradient_importance_ranks_a_head_that_matters_above_a_silenced_one(mode
     assert model.bert.encoder.layer[0].attention.self.query.out_features == 3 * 8  # the silent head went first
 
 
+def test_fractions_are_of_what_a_pruned_input_holds_and_heads_per_layer_holds_in_every_layer(model_dir, ctx,
+                                                                                               tmp_path):
+    first = prune.run(Artifact(model_dir, "hf"), tmp_path / "p1", ctx, heads_keep=0.5, ffn_keep=0.5,
+                      importance="magnitude")
+    assert (first.metrics["heads_kept"], first.metrics["ffn_kept"]) == ([2] * 4, [32] * 4)
+    again = prune.run(first, tmp_path / "p2", ctx, heads_keep=0.5, ffn_keep=0.5, importance="magnitude")
+    assert (again.metrics["heads_kept"], again.metrics["ffn_kept"]) == ([1] * 4, [16] * 4)  # kept all 2 and 32
+    per_layer = prune.run(first, tmp_path / "p3", ctx, heads_per_layer=1, importance="magnitude")
+    assert per_layer.metrics["heads_kept"] == [1] * 4  # 1 of the config's 4 heads was a quarter of 2: still 1
+    with pytest.raises(EdgekitError, match="heads_per_layer=3: the model it prunes has 2 heads per layer"):
+        prune.run(first, tmp_path / "p4", ctx, heads_per_layer=3)  # silently kept 2
+    with pytest.raises(EdgekitError, match="heads_per_layer=2 keeps that many heads in every layer, which scope: "
+                                           "global does not"):
+        prune.run(Artifact(model_dir, "hf"), tmp_path / "p5", ctx, heads_per_layer=2, scope="global")  # [3,2,1,2]
+
+
 def test_global_scope_keeps_at_least_one_head_everywhere():
     scores = [torch.tensor([9.0, 8.0, 7.0, 6.0]), torch.tensor([0.1, 0.01, 0.02, 0.03])]
     assert prune.keep_counts(scores, 0.25, 4, "layer") == [1, 1]

@@ -103,7 +103,7 @@ print("ok")
 
 
 def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(tmp_path, model_dir, csv_file,
-                                                                              monkeypatch):
+                                                                              monkeypatch, capsys):
     ctx = context(model_dir, csv_file)
     fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=16)
     excluded, quantize_file = [], quantize.quantize_file
@@ -124,10 +124,38 @@ def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(
     assert q["kept_float"] == excluded[2]
     before = {n.name: (n.op_type, list(n.input)) for n in onnx.load(str(fp32.path)).graph.node}
     after = {n.name: (n.op_type, list(n.input)) for n in onnx.load(str(out.path)).graph.node}
-    assert all(after[name] == before[name] for name in q["kept_float"])  # untouched, float, in the written file
+    assert not any(n.startswith(name) and after[n][0] == "MatMulInteger" for name in q["kept_float"] for n in after)
+    assert all(after[name] == before[name] for name in q["kept_float"] if before[name][0] == "MatMul")  # untouched
     assert sum(after.get(n) != before[n] for n in before if before[n][0] == "MatMul") > 2  # the rest is INT8
     meta = json.loads(out.path.with_name("model.json").read_text())
     assert meta["quantization"]["kept_float"] == q["kept_float"]
+    capsys.readouterr()
+    monkeypatch.setattr(quantize, "accuracy", lambda model, *a: 0.9 if model.path == fp32.path else 0.5)
+    q = quantize.run(fp32, tmp_path / "q2", ctx, max_accuracy_drop=0.01, check_sentences=16).metrics["quantization"]
+    assert not q["met"] and "loses 0.4000 of validation accuracy with every quantizable node" in \
+        capsys.readouterr().err  # a missed drop was recorded only: the run ended complete, nothing said
+
+
+def test_every_weight_node_can_be_kept_in_float_and_static_int8_quantizes_weights_only(tmp_path, model_dir, csv_file):
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=16)
+    quantize.preprocess(fp32.path, tmp_path / "prepared.onnx")
+    graph = onnx.load(str(tmp_path / "prepared.onnx")).graph
+    nodes = quantize.weight_nodes(graph)
+    gemms = [n.name for n in graph.node if n.op_type == "Gemm"]  # the pooler and the classifier
+    assert gemms and set(gemms) <= set(nodes)
+    assert not [n for n in nodes if "Gather" in n and "embeddings" not in n]  # was the pooler's index constant
+    quantize.int8_dynamic(tmp_path / "prepared.onnx", tmp_path / "kept.onnx", exclude=gemms, prep=False)
+    ops = {n.name: n.op_type for n in onnx.load(str(tmp_path / "kept.onnx")).graph.node}
+    assert not [n for n in ops if ops[n] == "MatMulInteger" and any(n.startswith(g) for g in gemms)]  # were INT8
+    assert [n for n in ops if ops[n] == "MatMulInteger"]  # and the rest is
+    static = quantize.run(fp32, tmp_path / "s", ctx, mode="static", check_sentences=16)
+    graph = onnx.load(str(static.path)).graph
+    weights = {t.name for t in graph.initializer}
+    dequantized = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+    b_sides = [dequantized.get(n.input[1]) for n in graph.node if n.op_type == "MatMul"]
+    assert [b for b in b_sides if b in weights]  # weight MatMuls are INT8 ...
+    assert not [b for b in b_sides if b is not None and b not in weights]  # Q.K^T and probs.V were in QDQ too
 
 
 def test_tflite_steps_down_to_a_milder_method_when_the_drop_is_too_large(tmp_path, model_dir, csv_file, monkeypatch):
@@ -582,3 +610,10 @@ def test_quantizer_warnings_are_dropped_for_this_thread_only_and_the_root_level_
         logging.error("a real error")
     assert [r.getMessage() for r in caplog.records] == ["the host's own warning", "a real error"]
     assert logging.getLogger().level == root_level
+
+
+def test_the_sidecar_records_the_settings_each_mode_applied():
+    settings = {"mode": "fp16", "per_channel": True, "fuse": True, "calibration": "minmax", "reduce_range": False}
+    assert quantize.applied("onnx", "fp16", settings) == {"mode": "fp16", "fuse": True}  # fuse was dropped, the
+    assert "fuse" not in quantize.applied("onnx", "static", settings)  # INT8-only settings kept
+    assert "calibration" not in quantize.applied("onnx", "dynamic", settings)

@@ -188,6 +188,9 @@ def student_layers(layers, depth: int, student_config: dict | None) -> list:
         if isinstance(layers, str) else layers
     if isinstance(keep, str) or not all(isinstance(i, int) and not isinstance(i, bool) for i in keep):
         raise EdgekitError(f"distill.layers is {layers!r}; give every_other, all, or a list of layer indices")
+    if list(keep) != sorted(set(keep)):  # [1, 1] and [3, 1] ran: a layer twice, or the stack's order turned round
+        raise EdgekitError(f"distill.layers is {layers!r}; give each layer once, in increasing order (as the source "
+                           f"model stacks them), for example {sorted(set(keep))}")
     if student_config and "num_hidden_layers" in student_config and student_config["num_hidden_layers"] != len(keep):
         if layers != "every_other":
             raise EdgekitError(f"distill.student_config.num_hidden_layers={student_config['num_hidden_layers']} "

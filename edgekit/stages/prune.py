@@ -24,8 +24,9 @@ from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 from edgekit.stages.distill import eval_texts
 
-REVISION = 3  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs);
-# 3: the kept vocabulary includes the transfer texts' pieces
+REVISION = 4  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs);
+# 3: the kept vocabulary includes the transfer texts' pieces; 4: heads_keep and ffn_keep are fractions of each
+# layer's counts as the stage gets them (of the unpruned config's before: a pruned folder kept all it had)
 
 
 LIMITS = {"heads_keep": "(0, 1]", "ffn_keep": "(0, 1]", "hidden_keep": "(0, 1]", "heads_per_layer": "[0, inf)",
@@ -45,11 +46,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     if hidden_keep < 1:
         families.hidden_parts(model)  # a family it supports, before any work
     source = artifact.path if recover_from == "input" else ctx.teacher.path
+    start = sizes(model)  # fractions are of each layer's heads and neurons as the stage gets them (a pruned folder's)
     if heads_per_layer:  # a budget in heads per layer instead of a fraction
-        heads = model.config.num_attention_heads
-        if problem := heads_problem(heads_per_layer, heads):
+        if problem := heads_problem(heads_per_layer, max(start["heads"]), scope):
             raise EdgekitError(problem)
-        heads_keep = heads_per_layer / heads
+        heads_keep = [min(1.0, heads_per_layer / n) for n in start["heads"]]
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length, ctx.progress)
     recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
     if transfer:
@@ -77,8 +78,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         scores = gradient_importance(model, encoded, tokenizer.pad_token_id, importance_batches, batch_size,
                                      hidden=hidden_keep < 1, progress=ctx.progress,
                                      desc=f"importance, step {step}/{steps}") if importance == "gradient" else None
-        shapes = prune_model(model, heads_keep ** (step / steps), ffn_keep ** (step / steps), scores, scope,
-                             ffn_multiple, hidden_keep ** (step / steps))
+        shapes = prune_model(model, power(heads_keep, step / steps), ffn_keep ** (step / steps), scores, scope,
+                             ffn_multiple, hidden_keep ** (step / steps), start)
         if teacher is not None:
             recover(model, teacher, recover_enc, step_dir, ctx, recover_epochs / steps, lr, batch_size, temperature,
                     checkpoint_every, tokenizer.pad_token_id)
@@ -211,25 +212,41 @@ def magnitude_importance(model, hidden: bool = False) -> dict:
     return scores
 
 
-def keep_counts(scores: list, fraction: float, original: int, scope: str, multiple: int = 1) -> list:
-    """How many units each layer keeps: `fraction` of the original count, per layer or ranked globally
+def sizes(model) -> dict:
+    """Heads and FFN neurons in each layer as the model holds them (a pruned folder's from edgekit_shapes)."""
+    shapes, n = getattr(model.config, "edgekit_shapes", None) or {}, families.num_layers(model.config)
+    return {"heads": list(shapes.get("heads") or [model.config.num_attention_heads] * n),
+            "ffn": list(shapes.get("ffn") or [families.ffn_size(model.config)] * n)}
+
+
+def power(fraction, exponent: float):
+    """A fraction (or one per layer) to the step's share of the schedule."""
+    return [f ** exponent for f in fraction] if isinstance(fraction, list) else fraction ** exponent
+
+
+def keep_counts(scores: list, fraction, original, scope: str, multiple: int = 1) -> list:
+    """How many units each layer keeps: `fraction` (or one per layer) of its count when the stage began
+    (`original`), rounded to the nearest (Python's round: a half to the even count), per layer or ranked globally
     (scores normalised per layer, as Michel et al. do), never fewer than one; then rounded up to a multiple of
     `multiple` where that still keeps fewer than the layer has."""
-    total = max(1, round(original * fraction))
+    fractions = fraction if isinstance(fraction, list) else [fraction] * len(scores)
+    originals = original if isinstance(original, list) else [original] * len(scores)
+    totals = [max(1, round(o * f)) for o, f in zip(originals, fractions)]
     if scope == "layer":
-        counts = [min(len(s), total) for s in scores]
+        counts = [min(len(s), total) for s, total in zip(scores, totals)]
     else:
         normed = [s / (s.norm() + 1e-12) for s in scores]
         flat = torch.cat(normed)
-        threshold = flat.topk(min(len(flat), total * len(scores))).values.min()
+        threshold = flat.topk(min(len(flat), sum(totals))).values.min()
         counts = [max(1, min(len(s), int((s >= threshold).sum()))) for s in normed]
     rounded = [-(-n // multiple) * multiple for n in counts]
     return [r if r < len(s) else n for n, r, s in zip(counts, rounded, scores)]
 
 
-def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, scope: str = "layer",
-                ffn_multiple: int = 1, hidden_keep: float = 1.0) -> dict:
-    """Keep the most important heads and FFN neurons of every layer (fractions of the original config), and with
+def prune_model(model, heads_keep, ffn_keep: float, scores: dict = None, scope: str = "layer",
+                ffn_multiple: int = 1, hidden_keep: float = 1.0, start: dict = None) -> dict:
+    """Keep the most important heads and FFN neurons of every layer (fractions of each layer's counts in `start`,
+    by default the model's own now; `heads_keep` may be one per layer), and with
     `hidden_keep` < 1 the most important residual-stream dimensions in every module that touches the stream. FFN
     and hidden widths round up to a multiple of `ffn_multiple`: INT8 GEMM kernels work in column tiles (XNNPACK's
     AVX512-VNNI kernel is 5 x 64), and a width that is not a multiple of the tile pays for the tile's padding anyway
@@ -238,8 +255,9 @@ def prune_model(model, heads_keep: float, ffn_keep: float, scores: dict = None, 
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     if scores is None or (hidden_keep < 1 and "hidden" not in scores):
         scores = {**magnitude_importance(model, hidden=hidden_keep < 1), **(scores or {})}
-    n_heads = keep_counts(scores["heads"], heads_keep, model.config.num_attention_heads, scope)
-    n_ffn = keep_counts(scores["ffn"], ffn_keep, families.ffn_size(model.config), scope, ffn_multiple)
+    start = start or sizes(model)
+    n_heads = keep_counts(scores["heads"], heads_keep, start["heads"], scope)
+    n_ffn = keep_counts(scores["ffn"], ffn_keep, start["ffn"], scope, ffn_multiple)
     shapes = dict(getattr(model.config, "edgekit_shapes", None) or {}, heads=[], ffn=[])
     cut = families.linear_slice
     for block, head_score, ffn_score, h, f in zip(families.layers(model), scores["heads"], scores["ffn"], n_heads, n_ffn):
@@ -313,10 +331,13 @@ def unseen_share(tokenizer, kept: set, ctx) -> float | None:
     return share
 
 
-def heads_problem(heads_per_layer: int, heads: int) -> str:
+def heads_problem(heads_per_layer: int, heads: int, scope: str = "layer") -> str:
     """'' or why the model cannot keep that many heads per layer (also asked before any stage: edgekit.pipeline)."""
     if heads_per_layer and not 1 <= heads_per_layer <= heads:
         return f"prune.heads_per_layer={heads_per_layer}: the model it prunes has {heads} heads per layer; give 1..{heads}"
+    if heads_per_layer and scope != "layer":
+        return (f"prune.heads_per_layer={heads_per_layer} keeps that many heads in every layer, which scope: {scope} "
+                f"does not (it ranks heads across layers); give scope: layer, or heads_keep instead")
     return ""
 
 

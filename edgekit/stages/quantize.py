@@ -53,6 +53,8 @@ FILES = {"onnx": "model.onnx", "tflite": "model.tflite", "torchscript": "model.p
 LOW_AGREEMENT = 0.9  # under it INT8 changed many labels (bench/results/quantize.json's variants: 0.915-1.0)
 REVISION = 2  # 2: static INT8 calibrates and is checked on texts that fill each length the file takes too (see
 # `filled`); a TFLite model.json states the output its file returns (output_0; INT8: scale and zero point per bucket)
+# 3: static ONNX INT8 quantizes only weight MatMuls and embedding tables (ORT's QDQ put Q|DQ around Q.K^T, probs.V
+# and Softmax too); max_accuracy_drop can keep a Gemm (classifier, pooler) in float and probes weight nodes only
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic", per_channel: bool = True,
@@ -215,6 +217,12 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
                                          f"{target}-{fmt} {mode} validation"), 4)
         report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
                       drop_measured_on=f"validation ({len(examples)} sentences)")
+        if drop > max_drop:  # said, not refused: the accuracy budget decides
+            kept = f"with every quantizable node ({len(report['kept_float'])}) kept in float" if fmt == "onnx" else \
+                f"in {mode} mode, the mildest offered for {fmt}"
+            print(f"edgekit: warning: {target}-{fmt} loses {drop:.4f} of validation accuracy {kept}, over "
+                  f"quantize.max_accuracy_drop {max_drop}; give the recipe an accuracy budget to stop such a run, "
+                  f"or try another quantize.mode", file=sys.stderr, flush=True)
     quantization = {"tool": {"onnx": "onnxruntime", "tflite": "ai-edge-quantizer", "torchscript": "torch.ao"}[fmt],
                     **applied(fmt, mode, settings), "mode": mode,
                     "weights": "fp16" if mode == "fp16" else settings.get("weights", "int8"),
@@ -227,8 +235,10 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
 def applied(fmt: str, mode: str, settings: dict) -> dict:
     """The settings as the tool applied them, for the sidecar: per_channel, fuse and calibration steer ONNX Runtime
     only; ai-edge-quantizer's INT8 weights are per channel with min-max ranges, torch.ao's Linear weights per tensor."""
-    if fmt == "onnx":  # calibration is for static ranges, fuse for the dynamic graph only
-        return {k: v for k, v in settings.items() if k != ("calibration" if mode == "dynamic" else "fuse")}
+    if fmt == "onnx":  # calibration is for static ranges, fuse for the dynamic and fp16 graphs
+        dropped = {"dynamic": ("calibration",), "static": ("fuse",)}.get(mode, ("calibration", "per_channel",
+                                                                               "reduce_range"))
+        return {k: v for k, v in settings.items() if k not in dropped}
     kept = {k: v for k, v in settings.items() if k not in ("per_channel", "fuse", "calibration")}
     if mode == "fp16":
         return kept
@@ -350,11 +360,28 @@ def int8_dynamic(source: Path, target: Path, per_channel: bool = True, reduce_ra
             quantize_dynamic(str(graph), str(tmp), per_channel=per_channel,
                              reduce_range=reduce_range,
                              weight_type=QuantType.QUInt8 if weights == "uint8" else QuantType.QInt8,
-                             nodes_to_exclude=list(exclude) + ([] if only else batched_weights(graph)),
-                             nodes_to_quantize=only,
+                             nodes_to_exclude=as_matmuls(list(exclude) + ([] if only else batched_weights(graph))),
+                             nodes_to_quantize=as_matmuls(only) if only else None,
                              extra_options={"DefaultTensorType": 1})  # FLOAT: fused contrib ops carry no inferred types
     finally:
         prepared.unlink(missing_ok=True)
+
+
+def as_matmuls(names: list) -> list:
+    """Node names as ONNX Runtime's dynamic quantizer matches them: it first turns each Gemm into a MatMul (and an
+    Add) named `<name>_MatMul`, so a Gemm named alone (the classifier, the pooler) was never excluded nor probed."""
+    return [x for n in names for x in (n, f"{n}_MatMul")]
+
+
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Attention": 1, "Gather": 0, "EmbedLayerNormalization": 2}
+
+
+def weight_nodes(graph, op_types=tuple(WEIGHT_INPUT)) -> list:
+    """Names of the nodes INT8 turns into integer ones: a MatMul or Gemm whose B, a Gather whose table, ... is a
+    float initializer of 2 dimensions (not an activation, not an index constant, nor DeBERTa's batched weights)."""
+    floats = {t.name for t in graph.initializer if t.data_type == 1 and len(t.dims) == 2}
+    return [n.name for n in graph.node if n.op_type in op_types and n.name
+            and len(n.input) > WEIGHT_INPUT[n.op_type] and n.input[WEIGHT_INPUT[n.op_type]] in floats]
 
 
 def batched_weights(graph) -> list:
@@ -400,17 +427,20 @@ def int8_static(source: Path, target: Path, settings: dict, calib: list, exclude
               "percentile": CalibrationMethod.Percentile}[settings["calibration"]]
     activation = QuantType.QInt8 if settings["activations"] == "int8" else QuantType.QUInt8
     tmp = target.with_name(target.name + ".q.tmp")
+    import onnx
+
+    graph = onnx.load(str(source), load_external_data=False).graph  # MatMulConstBOnly does not hold in ORT's QDQ
     quantize_static(str(source), str(tmp), Reader(), quant_format=QuantFormat.QDQ, activation_type=activation,
-                    weight_type=QuantType.QInt8, per_channel=settings["per_channel"],
-                    reduce_range=settings["reduce_range"], calibrate_method=method,
-                    nodes_to_exclude=list(exclude) + ([] if only else batched_weights(source)),
-                    nodes_to_quantize=only, op_types_to_quantize=["MatMul", "Gather"],
+                    weight_type=QuantType.QInt8, per_channel=settings["per_channel"],  # path: it put Q|DQ around
+                    reduce_range=settings["reduce_range"], calibrate_method=method,  # Q.K^T, probs.V and Softmax
+                    nodes_to_exclude=list(exclude), nodes_to_quantize=only or weight_nodes(graph, STATIC_OPS),
+                    op_types_to_quantize=list(STATIC_OPS),
                     extra_options={"ActivationSymmetric": False, "WeightSymmetric": True, "DefaultTensorType": 1,
                                    "MatMulConstBOnly": True})
     os.replace(tmp, target)
 
 
-QUANTIZABLE = ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization")
+STATIC_OPS = ("MatMul", "Gather")  # static QDQ: weight MatMuls and embedding tables; Gemm (pooler, classifier) float
 
 
 def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: list, meta: dict, examples: list,
@@ -423,10 +453,8 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
     prepared = target.with_name("prepared.onnx.tmp")
     probe = target.with_name("probe.onnx")
     prepare(source, prepared, settings)  # the graph quantize_file quantizes: node names match
-    graph = onnx.load(str(prepared)).graph
-    weights, batched = {i.name for i in graph.initializer}, set(batched_weights(graph))  # those stay float anyway
-    nodes = [n.name for n in graph.node if n.op_type in QUANTIZABLE and n.name and weights & set(n.input)
-             and n.name not in batched]
+    graph = onnx.load(str(prepared)).graph  # the nodes this mode turns into integer ones, and no others
+    nodes = weight_nodes(graph, STATIC_OPS if settings["mode"] == "static" else tuple(WEIGHT_INPUT))
     sample = [t for t, _ in (ctx.splits.validation[:64])]
     reference = runtime.load(source)
     batch = reference.encode(sample)
