@@ -160,7 +160,7 @@ def validate(recipe: dict) -> dict:
 NEEDS = (("distill", "augment_p", lambda s: s["augment"] > 0, "distill.augment > 0"),
          ("distill", "augment_k", lambda s: s["augment"] > 0, "distill.augment > 0"),
          *(("prune", k, lambda s: s["recover_epochs"] > 0, "prune.recover_epochs > 0")
-           for k in ("lr", "temperature", "recover_from", "checkpoint_every", "batch_size")),
+           for k in ("lr", "temperature", "recover_from", "checkpoint_every")),
          ("prune", "importance_batches", lambda s: s["importance"] == "gradient", "prune.importance: gradient"),
          ("quantize", "calibration", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"),
          ("quantize", "calibration_size", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"))
