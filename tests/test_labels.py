@@ -84,7 +84,7 @@ def test_a_teacher_no_better_than_the_commonest_class_is_warned_about(trained, t
     assert final["majority_accuracy"] == round(max(sum(y == c for _, y in test) for c in (0, 1)) / len(test), 4)
     assert final["teacher_accuracy"] < final["majority_accuracy"]
     assert "no better than always answering" in capsys.readouterr().err
-    assert f"(always the commonest class: {final['majority_accuracy']})" in cli.summary(m)
+    assert f"(always the commonest class: {final['majority_accuracy']:.4f})" in cli.summary(m)
 
 
 def test_regression_and_multi_label_teachers_are_refused_without_finetune(model_dir, csv_file, tmp_path):
