@@ -323,9 +323,16 @@ def gemm_peak() -> dict:
                     f"no nominal figure: {cpu['int8_isa'] or 'this CPU'} has no one-instruction INT8 multiply-add")}
 
 
-def run_label(recipe: str, run, names: list) -> str:
-    """The recipe's name, with the run's folder beside it where two of `names` are this recipe: which is which."""
-    return recipe if names.count(recipe) == 1 else f"{recipe} ({Path(run).name})"
+def run_labels(names: list, runs: list) -> list:
+    """Each run's recipe name, with as much of its folder's path as tells it from the other runs of that recipe
+    beside it (two CI jobs' .../edge-small read alike by folder name)."""
+    from edgekit.report import unique_names
+
+    out = []
+    for name, run in zip(names, runs):
+        same = [str(r) for n, r in zip(names, runs) if n == name]
+        out.append(name if len(same) == 1 else f"{name} ({unique_names(same)[same.index(str(run))]})")
+    return out
 
 
 def plot(recipes: list, path: Path) -> None:
@@ -336,10 +343,10 @@ def plot(recipes: list, path: Path) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    names = [r["recipe"] for r in recipes]
+    labels = run_labels([r["recipe"] for r in recipes], [r["run"] for r in recipes])
     bounds = set()
-    for recipe, colour in zip(recipes, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        label = run_label(recipe["recipe"], recipe["run"], names)
+    for i, (recipe, label) in enumerate(zip(recipes, labels)):  # a fifth run had no colour, and no points
+        colour = plt.cm.tab10(i % 10)
         ax.scatter([], [], s=40, color=colour, label=label)
         for r in recipe["rows"]:
             ours = r["model"].startswith("edgekit")

@@ -103,7 +103,7 @@ def main(argv=None):
 def run_labels(runs: list) -> list:
     """Each run's recipe name, with the run's folder name beside it where two runs share a recipe."""
     names = [json.loads((run / "manifest.json").read_text())["recipe"]["name"] for run in runs]
-    return [headline.run_label(n, run, names) for n, run in zip(names, runs)]
+    return headline.run_labels(names, runs)
 
 
 def models(run: Path, name: str) -> list:

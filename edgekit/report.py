@@ -1,7 +1,8 @@
 """report.md and a self-contained report.html (plots embedded) from one or more finished runs.
 
-Plots: accuracy against latency for every evaluated artifact (bubble area = size, Pareto front marked),
-where the bytes of each model go (embeddings, attention, FFN, other), heads kept per layer after pruning.
+Plots: accuracy against latency for every evaluated artifact (bubble area grows with size, the Pareto front marked
+among points timed at one length), where the bytes of each model go (embeddings, attention, FFN, other), heads kept
+per layer after pruning against the heads each layer had.
 """
 import base64
 import html
@@ -95,7 +96,8 @@ def peers_note(name: str, manifest: dict, run: Path) -> str:
 
 
 def points(runs: list, names: list = None) -> list:
-    """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb, split)."""
+    """Every evaluated artifact with accuracy and latency: (label, accuracy, latency_ms_p50, size_mb, split, the
+    tokens its latency was timed at)."""
     out = []
     for (manifest, run), name in zip(runs, names or [run.name for _, run in runs]):
         final, peers = manifest["final"], peers_of(run)
@@ -106,13 +108,15 @@ def points(runs: list, names: list = None) -> list:
                    if r["model"].startswith("edgekit")}
         for a in (final.get("outputs") or {"": final}).values():  # every target's and format's artifact
             m = a["metrics"]
-            latency = session.get((run / a["path"]).resolve(), m.get("latency_ms_p50"))
+            here = (run / a["path"]).resolve()
+            latency = session.get(here, m.get("latency_ms_p50"))
             if isinstance(m.get("accuracy"), (int, float)) and isinstance(latency, (int, float)):
                 out.append((f"{name}: {a['path']}", m["accuracy"], latency, m.get("size_mb") or 0.0,
-                            m.get("eval_split", "test")))
+                            m.get("eval_split", "test"), 128 if here in session else m.get("bench_seq_len")))
         for r in peers.get("rows", []):  # peers.py scores on the test split
             if not r["model"].startswith("edgekit"):
-                out.append((f"{name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"], "test"))
+                out.append((f"{name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"], "test",
+                            128))
     return out
 
 
@@ -127,8 +131,15 @@ def unique_names(folders: list) -> list:
 
 
 def pareto(pts: list) -> list:
-    """Points no other point beats on both accuracy (higher) and latency (lower)."""
-    return [p for p in pts if not any(q[1] >= p[1] and q[2] <= p[2] and (q[1] > p[1] or q[2] < p[2]) for q in pts)]
+    """Points no other point beats on both accuracy (higher) and latency (lower); where points carry the tokens
+    their latency was timed at (p[5]), only points timed at the same length compete."""
+    return [p for p in pts if not any(q[1] >= p[1] and q[2] <= p[2] and (q[1] > p[1] or q[2] < p[2])
+                                      and q[5:6] == p[5:6] for q in pts)]
+
+
+def size_text(mb: float) -> str:
+    """3 significant figures: 0.085, 0.113 MB (one decimal read 0.1 for every tiny model), 17.5, 438 MB."""
+    return f"{mb:.3g}" if mb < 1000 else f"{mb:.0f}"
 
 
 def pyplot():
@@ -150,19 +161,30 @@ def plot_tradeoff(pts: list, path: Path) -> None:
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    front = sorted(pareto(pts), key=lambda p: p[2])
+    lengths = sorted({p[5] for p in pts}, key=str)
+    one = len(lengths) == 1  # else each point says its length: latencies at 32 and 128 tokens do not compare
     biggest = max(p[3] for p in pts) or 1.0
-    for i, (label, acc, lat, size, _) in enumerate(pts):  # area relative to the largest, so small models differ too
-        ax.scatter(lat, acc, s=30 + 600 * size / biggest, alpha=0.55, label=f"{i + 1}: {label} ({size:.1f} MB)")
+    for i, (label, acc, lat, size, _, tokens) in enumerate(pts):  # area relative to the largest: small ones differ
+        ax.scatter(lat, acc, s=30 + 600 * size / biggest, alpha=0.55,
+                   label=f"{i + 1}: {label} ({size_text(size)} MB{'' if one else f', {tokens} tokens'})")
         ax.annotate(str(i + 1), (lat, acc), textcoords="offset points", xytext=(6, 6), fontsize=9)
-    if front:  # ringed points: a front of one point shows too
+    for n, tokens in enumerate(lengths):  # ringed points: a front of one point shows too
+        front = sorted((p for p in pareto(pts) if p[5] == tokens), key=lambda p: p[2])
         ax.plot([p[2] for p in front], [p[1] for p in front], "k--o", fillstyle="none", linewidth=1,
-                label="Pareto front")
-    ax.set_xlabel("latency p50, batch 1 (ms)")
+                label="Pareto front" + ("" if one else f" at {tokens} tokens") if front else None)
+    latencies = [p[2] for p in pts]
+    wide = min(latencies) > 0 and max(latencies) / min(latencies) > 5  # teachers at 300 ms, students at 3
+    if wide:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"latency p50, batch 1{f', {lengths[0]} tokens' if one and lengths[0] else ''} (ms"
+                  f"{', log' if wide else ''})")
     ax.set_ylabel(f"accuracy ({splits(pts)} split)")
-    ax.set_title("accuracy against latency (bubble area = size)")
+    ax.set_title("accuracy against latency (bubble area grows with size)")
     ax.grid(alpha=0.3)
     ax.margins(0.15)
+    if not wide:
+        ax.set_xlim(left=0)  # no latency below zero, no accuracy above 1
+    ax.set_ylim(top=min(ax.get_ylim()[1], 1.0 + 0.02))
     legend = ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1, frameon=False)
     for handle in legend.legend_handles:
         if hasattr(handle, "set_sizes"):
@@ -189,17 +211,22 @@ def plot_breakdown(rows: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_heads(heads: list, path: Path) -> None:
+def plot_heads(heads: list, path: Path, before: list = None) -> None:
+    """Heads kept per layer, coloured against the heads each layer had (`before`; runs from before it was
+    recorded: against the most kept), so a model that kept 6 of 12 does not read as unpruned."""
     plt = pyplot()
 
-    fig, ax = plt.subplots(figsize=(max(4, len(heads) * 0.7), 1.8), dpi=120)
-    image = ax.imshow([heads], cmap="viridis", aspect="auto", vmin=0)
+    top = max(before or heads)
+    fig, ax = plt.subplots(figsize=(max(4, len(heads) * 0.55), 1.8), dpi=120)
+    image = ax.imshow([heads], cmap="viridis", aspect="auto", vmin=0, vmax=top)
     for i, h in enumerate(heads):
-        ax.text(i, 0, str(h), ha="center", va="center", color="white", fontsize=9)
-    ax.set_xticks(range(len(heads)), [f"layer {i}" for i in range(len(heads))], fontsize=8)
+        ax.text(i, 0, f"{h}/{before[i]}" if before else str(h), ha="center", va="center", fontsize=8,
+                color="black" if h > 0.6 * top else "white")  # dark text on viridis' light end
+    ax.set_xticks(range(len(heads)), [f"L{i}" for i in range(len(heads))], fontsize=8)
     ax.set_yticks([])
-    ax.set_title("attention heads kept per layer")
-    fig.colorbar(image, ax=ax, label="heads")
+    ax.set_title("attention heads kept per layer" + (" (kept/had)" if before else ""))
+    bar = fig.colorbar(image, ax=ax, label="heads")
+    bar.set_ticks(sorted({0, top // 2, top}))  # whole heads
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
 
@@ -231,11 +258,11 @@ def build(run_dirs: list, out: Path) -> Path:
             ran = f" ran `{result['model']}`" if result.get("model") else ""
             md += ["", f"Target `{target}`{' (emulated)' if result.get('emulated') else ''}{ran}: "
                    + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
-        heads = next((s["metrics"]["heads_kept"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
-        if heads:
+        pruned = next((s["metrics"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
+        if pruned:
             png = out / f"heads-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.png"  # a markdown link ends at a space
             png = png.with_stem(f"{png.stem}-{len(images)}") if png in images else png  # `a b` and `a-b`
-            plot_heads(heads, png)
+            plot_heads(pruned["heads_kept"], png, pruned.get("heads_before"))
             images.append(png)
             md += ["", f"![heads kept per layer]({png.name})"]
         md.append("")
@@ -245,9 +272,10 @@ def build(run_dirs: list, out: Path) -> Path:
         images.append(out / "tradeoff.png")
         front = pareto(pts)
         md += ["## Accuracy against latency", "", "![accuracy against latency](tradeoff.png)", "",
-               "| artifact | accuracy | split | latency p50 ms | size MB | Pareto |", "|---|---:|---|---:|---:|---|"]
-        md += [f"| {p[0]} | {p[1]:.4f} | {p[4]} | {p[2]:.2f} | {p[3]:.1f} | {'yes' if p in front else ''} |"
-               for p in pts]
+               "| artifact | accuracy | split | latency p50 ms | tokens | size MB | Pareto |",
+               "|---|---:|---|---:|---:|---:|---|"]
+        md += [f"| {p[0]} | {p[1]:.4f} | {p[4]} | {p[2]:.2f} | {p[5] or ''} | {size_text(p[3])} | "
+               f"{'yes' if p in front else ''} |" for p in pts]
         for (manifest, run), name in zip(runs, names):
             if note := peers_note(name, manifest, run):
                 md += ["", note]
@@ -338,7 +366,7 @@ def to_html(markdown: str, images: list) -> str:
         flush()
         if line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+            body.append(f"<h{level}>{inline_html(line[level:].strip())}</h{level}>")  # `code` marks dropped too
         elif line.startswith("!["):
             alt, src = line[2:].split("](")
             body.append(f'<img alt="{html.escape(alt)}" src="{inline.get(src.rstrip(")"), "")}">')

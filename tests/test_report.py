@@ -1,6 +1,7 @@
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -210,13 +211,13 @@ def test_a_copy_of_the_final_stage_alone_is_reported_as_gate_checks_it(pruned_ru
 
 
 def test_small_models_get_bubbles_of_their_own_size(tmp_path, monkeypatch):
-    pts = [("a", 0.9, 1.0, 1.0, "test"), ("b", 0.8, 2.0, 1.8, "test")]  # both were 20 pt² (max(20, size * 8))
+    pts = [("a", 0.9, 1.0, 1.0, "test", 32), ("b", 0.8, 2.0, 1.8, "test", 32)]  # both were 20 pt² (max(20, 8*size))
     small, big = (c.get_sizes()[0] for c in tradeoff_axes(pts, tmp_path, monkeypatch).collections)
     assert big > 1.5 * small
 
 
 def test_a_pareto_front_of_one_point_is_marked(tmp_path, monkeypatch):
-    pts = [("a", 0.9, 1.0, 1.0, "test"), ("b", 0.8, 2.0, 1.0, "test")]  # a is the whole front: a line needs two
+    pts = [("a", 0.9, 1.0, 1.0, "test", 32), ("b", 0.8, 2.0, 1.0, "test", 32)]  # a is the whole front
     (front,) = tradeoff_axes(pts, tmp_path, monkeypatch).lines
     assert front.get_marker() not in ("", "None", None) and list(front.get_xdata()) == [1.0]
 
@@ -243,3 +244,45 @@ def test_each_class_recall_is_recorded_beside_the_teachers_tabled_and_its_worst_
     final["per_class"] = {"neg": {"examples": 9, "recall": 0.7, "teacher_recall": 0.9},
                           "pos": {"examples": 11, "recall": 0.95, "teacher_recall": 0.9}}
     assert "class losing most: 'neg', recall 0.7000 against the teacher's 0.9000 (9 sentences" in cli.summary(manifest)
+
+
+def test_plots_say_what_they_compare(pruned_run, tmp_path, monkeypatch):
+    """Probe 28: the heads plot against the heads each layer had; the trade-off never sets latencies at two token
+    counts on one front, reads 300 ms teachers and 3 ms students on a log axis, and has no latency below zero; the
+    headline plot has a colour for every run, and runs in folders of one name are told apart."""
+    import sys
+
+    from edgekit import report
+
+    manifest = json.loads((pruned_run / "manifest.json").read_text())
+    prune_metrics = next(s["metrics"] for s in manifest["stages"] if s["name"] == "prune")
+    assert prune_metrics["heads_before"] == [4] * 4 and prune_metrics["ffn_before"] == [64] * 4
+    drawn, plot_heads = {}, report.plot_heads
+    monkeypatch.setattr(report, "plot_heads", lambda heads, png, before=None: drawn.update(heads=(heads, before))
+                        or plot_heads(heads, png, before))
+    html = (report.build([pruned_run], tmp_path / "rep").parent / "report.html").read_text()
+    assert drawn["heads"] == (prune_metrics["heads_kept"], [4] * 4)  # was against the most kept: 2 of 4 read as all
+    assert "<h2>run (recipe r, teacher" in html  # was `r` with its backticks
+    pts = [("a", 0.9, 2.0, 1.0, "test", 32), ("b", 0.8, 1.0, 1.0, "test", 32), ("c", 0.85, 300.0, 400.0, "test", 128)]
+    assert [p[0] for p in report.pareto(pts)] == ["a", "b", "c"]  # c alone at 128 tokens: a 32-token point beat it
+    captured = {}
+    real = report.pyplot()
+    monkeypatch.setattr(real.Figure, "savefig", lambda fig, path, **k: captured.update(ax=fig.axes[0]))
+    report.plot_tradeoff(pts, tmp_path / "t.png")
+    ax = captured["ax"]
+    assert ax.get_xscale() == "log" and "(ms, log)" in ax.get_xlabel() and ax.get_xlim()[0] > 0
+    assert any("32 tokens" in t.get_text() for t in ax.get_legend().get_texts())  # each point says its length
+    report.plot_tradeoff(pts[:2], tmp_path / "t.png")
+    assert captured["ax"].get_xlim()[0] == 0 and "32 tokens" in captured["ax"].get_xlabel()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import headline
+    sys.path.pop(0)
+    assert headline.run_labels(["edge-small", "edge-small", "edge-base"], ["/ci/job-a/edge-small",
+                                                                          "/ci/job-b/edge-small", "/x/edge-base"]) \
+        == ["edge-small (job-a/edge-small)", "edge-small (job-b/edge-small)", "edge-base"]  # both read (edge-small)
+    rows = [{"model": "teacher FP32", "p50_ms": 30.0, "accuracy": 0.8, "size_mb": 90.0}]
+    runs = [{"recipe": f"r{i}", "run": f"/x/r{i}", "rows": rows} for i in range(5)]
+    colours = []
+    monkeypatch.setattr(real.Axes, "scatter", lambda ax, *a, **k: colours.append(tuple(k.get("color"))))
+    headline.plot(runs, tmp_path / "h.png")
+    assert len(set(colours)) == 5  # the fifth run had no colour: no points, no legend entry

@@ -92,6 +92,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     shapes = model.config.edgekit_shapes
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "heads_kept": shapes["heads"], "ffn_kept": shapes["ffn"],
+                                              "heads_before": start["heads"], "ffn_before": start["ffn"],
                                               **({"hidden_kept": shapes["hidden"]} if "hidden" in shapes else {}),
                                               **({"vocab_kept": shapes["vocab"]} if shapes.get("vocab", len(tokenizer)) < len(tokenizer) else {}),
                                               **({"validation_pieces_outside_vocab": outside} if outside is not None else {}),
