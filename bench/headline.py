@@ -344,7 +344,7 @@ def plot(recipes: list, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     labels = run_labels([r["recipe"] for r in recipes], [r["run"] for r in recipes])
-    bounds = set()
+    bounds, said = set(), set()  # two runs of one teacher: its teacher and peer are labelled once
     for i, (recipe, label) in enumerate(zip(recipes, labels)):  # a fifth run had no colour, and no points
         colour = plt.cm.tab10(i % 10)
         ax.scatter([], [], s=40, color=colour, label=label)
@@ -353,11 +353,14 @@ def plot(recipes: list, path: Path) -> None:
             ax.scatter(r["p50_ms"], r["accuracy"], s=20 + 3 * r["size_mb"], color=colour, alpha=0.7,
                        marker="o" if ours else "s")
             name = "edgekit (ONNX, TFLite)" if ours else r["model"].split(":")[0]
-            if not ours or r is next(x for x in recipe["rows"] if x["model"].startswith("edgekit")):
+            text = f"{name}, {r['size_mb']:.1f} MB"
+            if ours and r is next(x for x in recipe["rows"] if x["model"].startswith("edgekit")) or \
+                    not ours and (text, recipe["teacher"]) not in said:
+                said.add((text, recipe["teacher"]))
                 # teacher and peer sit side by side: the peer's label above to its left, the teacher's below it
                 xytext, ha = ((6, -10), "left") if ours else \
                     ((-8, 6), "right") if name == "peer" else ((0, -20), "center")
-                ax.annotate(f"{name}, {r['size_mb']:.1f} MB", (r["p50_ms"], r["accuracy"]), fontsize=8,
+                ax.annotate(text, (r["p50_ms"], r["accuracy"]), fontsize=8,
                             xytext=xytext, ha=ha, textcoords="offset points")
         bound = TARGETS.get(recipe["recipe"], {}).get("retained")
         if bound:  # the accuracy target as a line: how far below it an artifact sits shows at a glance

@@ -281,8 +281,10 @@ def test_plots_say_what_they_compare(pruned_run, tmp_path, monkeypatch):
                                                                           "/ci/job-b/edge-small", "/x/edge-base"]) \
         == ["edge-small (job-a/edge-small)", "edge-small (job-b/edge-small)", "edge-base"]  # both read (edge-small)
     rows = [{"model": "teacher FP32", "p50_ms": 30.0, "accuracy": 0.8, "size_mb": 90.0}]
-    runs = [{"recipe": f"r{i}", "run": f"/x/r{i}", "rows": rows} for i in range(5)]
-    colours = []
+    runs = [{"recipe": f"r{i}", "run": f"/x/r{i}", "rows": rows, "teacher": "t"} for i in range(5)]
+    colours, said = [], []
     monkeypatch.setattr(real.Axes, "scatter", lambda ax, *a, **k: colours.append(tuple(k.get("color"))))
+    monkeypatch.setattr(real.Axes, "annotate", lambda ax, text, *a, **k: said.append(text))
     headline.plot(runs, tmp_path / "h.png")
     assert len(set(colours)) == 5  # the fifth run had no colour: no points, no legend entry
+    assert said == ["teacher FP32, 90.0 MB"]  # one teacher's label, once: five drawn on one spot were unreadable
