@@ -180,13 +180,21 @@ def write(rows: list, out: Path, seq_len: int = 128, threads: int = 1) -> None:
     chart(rows, out / "compare.png", seq_len, threads)
 
 
+def short_name(model: str, most: int = 32) -> str:
+    """A model's name as the chart's tick label: a long path by its last two parts (an absolute path shrank both
+    panels to slivers); the tables keep the whole name."""
+    if len(model) <= most or "/" not in model.rstrip("/"):
+        return model
+    return "…/" + "/".join(Path(model.rstrip("/")).parts[-2:])
+
+
 def chart(rows: list, path: Path, seq_len: int = 128, threads: int = 1) -> None:
     from edgekit.report import pyplot
 
     plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.5 * len(rows) + 2), dpi=120)
-    names = [r["model"] for r in rows]
+    names = [short_name(r["model"]) for r in rows]
     y = range(len(rows))
     left.barh([i - 0.2 for i in y], [r["size_fp32_mb"] for r in rows], height=0.4, label="FP32")
     left.barh([i + 0.2 for i in y], [r["size_int8_mb"] for r in rows], height=0.4, label="INT8")

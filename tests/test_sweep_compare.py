@@ -220,6 +220,11 @@ def test_compare_chart_says_the_sequence_length_and_threads(tmp_path, monkeypatc
     row = dict.fromkeys(compare.COLUMNS, 1.0) | {"model": "m"}
     compare.chart([row], tmp_path / "c.png", seq_len=16, threads=2)
     assert "latency p50, batch 1, 16 tokens, 2 threads (ms)" in labels
+    ticks = []
+    monkeypatch.setattr(plt.Axes, "set_yticks", lambda ax, where, names=None, **k: ticks.append(names))
+    long = "/home/someone/projects/classifiers/artifacts/run-2026-12-07/01-finetune/model"
+    compare.chart([row, dict(row, model=long)], tmp_path / "c.png")
+    assert ticks[0] == ["m", "…/01-finetune/model"]  # the whole path shrank both panels to slivers
 
 
 def test_a_sweep_says_what_looks_wrong_in_its_data_once(model_dir, csv_file, tmp_path, capsys):
