@@ -203,8 +203,9 @@ def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int
         if p.is_file():
             shutil.copy(p, into / "model" / p.name)
     for p in weight_files(model)[1:]:  # an ONNX model's external data, where the model says it is
-        (into / "model" / p.relative_to(model.parent.resolve())).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(p, into / "model" / p.relative_to(model.parent.resolve()))
+        copy = into / "model" / p.relative_to(model.parent.resolve())
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, copy)
     _, ctx = pipeline.context_of(run, progress=False)
     final = manifest["final"]["metrics"]  # by default the test sentences the run's evaluate scored (data.max_eval
     scored = final.get("eval_examples") if final.get("eval_split") == "test" else None  # cuts them): the retained
@@ -690,7 +691,7 @@ def merge(run: Path, target: str, entry: dict, sha: str = None) -> None:
     held = pipeline.lock(run, wait_s=MERGE_WAIT_S, busy=f"{what}; run edgekit bench again when it has finished")
     try:
         manifest = json.loads((run / "manifest.json").read_text())
-        files = pipeline.recorded_files(manifest)
+        files = gate.recorded_files(manifest)
         if sha and entry["model"] in files and files[entry["model"]] != sha:
             raise EdgekitError(f"{entry['model']} changed while target {target} ran (a compress into {run} rewrote "
                                f"it); {what}, as it measured the file before; run edgekit bench again")

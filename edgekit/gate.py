@@ -120,8 +120,8 @@ def check(path, budgets: list, target: str = None) -> list:
     for entry in entries:
         outside_problem(run, entry["path"], manifest.get("model") or {})
     finals = {Path(o["path"]).parts[0] for o in entries}
-    files = {rel: sha for stage in manifest["stages"] for rel, sha in stage["files"].items()  # the final models'
-             if Path(rel).parts[0] in finals}  # stage folders: a CI upload may leave out the rest
+    files = {rel: sha for rel, sha in recorded_files(manifest).items()  # the final models' stage folders:
+             if Path(rel).parts[0] in finals}  # a CI upload may leave out the rest
     missing = [rel for rel in files if not (run / rel).is_file()]
     if missing:
         raise EdgekitError(f"{run} is missing final model files ({missing[0]}"
@@ -182,6 +182,12 @@ def check(path, budgets: list, target: str = None) -> list:
             row = dict(row, source=source) if target else row
             rows.append(row if name is None else dict(row, artifact=name))
     return rows
+
+
+def recorded_files(manifest: dict) -> dict:
+    """{path in the run: sha256} of every file the manifest's stages recorded (compress, bench and gate read them
+    here: gate imports no torch)."""
+    return {rel: sha for stage in manifest.get("stages", []) for rel, sha in stage.get("files", {}).items()}
 
 
 def outside_problem(run: Path, final: str, model: dict) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import edgekit
-from edgekit import assets, data, families, recipe as recipes, stages
+from edgekit import assets, data, families, gate, recipe as recipes, stages
 from edgekit.artifact import Artifact, weights_mb, write_json
 from edgekit.errors import EdgekitError, UsageError
 
@@ -157,11 +157,6 @@ def made_here(manifest: dict) -> set:
     earlier run's, the one being made)."""
     return ({f"{i:02d}-{s.get('name')}" for i, s in enumerate(manifest.get("stages", []), 1)}
             | set(manifest.get("earlier_stages", [])))
-
-
-def recorded_files(manifest: dict) -> dict:
-    """{path in the run: sha256} of every file the manifest's stages recorded."""
-    return {rel: sha for stage in manifest.get("stages", []) for rel, sha in stage.get("files", {}).items()}
 
 
 def listed_folders(path: Path) -> set:
@@ -451,7 +446,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         manifest["budgets"] = [dict(row, artifact=name) for name, a in artifact.outputs.items()
                                for row in check_budgets(recipe["budgets"], a.metrics)]
     manifest["status"] = "complete" if all(b["ok"] for b in manifest["budgets"]) else "over_budget"
-    files, before = recorded_files(manifest), recorded_files(previous)
+    files, before = gate.recorded_files(manifest), gate.recorded_files(previous)
     same_data = (previous.get("data") or {}).get("fingerprint") == manifest["data"]["fingerprint"]  # their accuracy
     kept = {name: d for name, d in (previous.get("devices") or {}).items()  # `edgekit bench` results of the same file
             if same_data and d.get("model") in files and files[d["model"]] == before.get(d["model"])}
