@@ -39,7 +39,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     if not _terminal():  # a CI log: a progress bar's redraws (10 a second) are kept there as lines; one
-        os.environ.setdefault("TQDM_MININTERVAL", str(LOG_BAR_S))  # update in 30 s still shows rate and ETA
+        for name in ("TQDM_MININTERVAL", "TQDM_MAXINTERVAL"):  # update in 30 s still shows rate and ETA (tqdm's
+            os.environ.setdefault(name, str(LOG_BAR_S))  # monitor redrew every 10-20 s with the minimum alone)
     main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
