@@ -3,6 +3,7 @@ import contextlib
 import json
 import mmap
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,15 +108,20 @@ def size_mb(artifact: Artifact) -> float:
 
 @contextlib.contextmanager
 def through_temp(path: Path, tmp: Path = None):
-    """The temp file a writer fills, renamed onto `path` when the block ends without an error and removed when it
-    does not (a full disk, Ctrl-C): a reader sees the old file or the new one, never half, and no temp file stays
-    behind. `tmp`: its name (by default a hidden one beside `path`)."""
+    """The temp file (or folder) a writer fills, renamed onto `path` when the block ends without an error and removed
+    when it does not (a full disk, Ctrl-C, SIGTERM): a reader sees the old file or the new one, never half, and no
+    temp file stays behind. `tmp`: its name (by default a hidden one beside `path`)."""
     tmp = tmp or path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp
+        if tmp.is_dir() and path.is_dir():  # a folder cannot be renamed onto a full one
+            shutil.rmtree(path)
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
 
 
 def write_json(path: Path, obj) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import edgekit
 from edgekit import assets, data, families, gate, recipe as recipes, stages
-from edgekit.artifact import Artifact, weights_mb, write_json
+from edgekit.artifact import Artifact, through_temp, weights_mb, write_json
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
@@ -604,13 +604,15 @@ def to_shared(shared: Path, entry: dict, stage_dir: Path) -> None:
     if target.exists():
         return
     tmp = shared / f".{entry['key']}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(stage_dir, tmp / "stage", copy_function=os.link)
-    rel = {k: v for k, v in entry.items() if k != "reused"}
-    write_json(tmp / "entry.json", {"stage_dir": stage_dir.name, **rel})
     try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(stage_dir, tmp / "stage", copy_function=os.link)
+        rel = {k: v for k, v in entry.items() if k != "reused"}
+        write_json(tmp / "entry.json", {"stage_dir": stage_dir.name, **rel})
         os.replace(tmp, target)
     except OSError:  # another run published the same stage first
+        pass
+    finally:  # and after a Ctrl-C
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -628,11 +630,9 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
         if not path.is_file() or assets.sha256_file(path) != sha:
             return None
         files[str(Path(stage_dir.name) / Path(rel).relative_to(old_dir))] = sha
-    tmp = stage_dir.with_name(stage_dir.name + f".{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source / "stage", tmp, copy_function=os.link)
-    shutil.rmtree(stage_dir, ignore_errors=True)
-    os.replace(tmp, stage_dir)
+    with through_temp(stage_dir, stage_dir.with_name(stage_dir.name + f".{os.getpid()}.tmp")) as tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source / "stage", tmp, copy_function=os.link)
 
     entry["files"] = files
     root = stage_dir.parent

@@ -9,11 +9,11 @@ tensors by name, so FP32 exports keep them), and lays the weights out after the 
 64-byte boundaries, as the converter does. Measured on minilm-l6 INT8 (3 buckets): 25.96 -> 24.03 MB; outputs of
 every signature identical (embedding table per-row; per-tensor, as edgekit quantizes it: 23.67 MB).
 """
-import os
 from pathlib import Path
 
 import numpy as np
 
+from edgekit.artifact import through_temp
 from edgekit.errors import EdgekitError
 
 ALIGN = 64
@@ -88,13 +88,11 @@ def compact(path: Path) -> None:
                                f"please report it with the model")
     finally:
         schema.QuantizationParametersT.Pack, schema.BufferT.Pack = pack_quantization, pack_data
-    tmp = Path(str(path) + ".compact.tmp")
-    with open(tmp, "wb") as f:
+    with through_temp(path, Path(str(path) + ".compact.tmp")) as tmp, open(tmp, "wb") as f:
         f.write(head)
         for position, blob in layout:
             f.write(b"\0" * (position - f.tell()))
             f.write(blob)
-    os.replace(tmp, path)
 
 
 def _ints(values) -> list:

@@ -46,6 +46,7 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm)))
     ckpt = out_dir / "checkpoint"
+    _restore(ckpt)  # a kill (SIGKILL, power) between a swap's renames
     step, losses = _resume(ckpt, model, optimizer, scheduler, extra_params) if ckpt.exists() else (0, [])
     model.train()
     runner = model
@@ -187,24 +188,34 @@ def soft_label_kd(student_logits, teacher_logits, temperature: float):
 
 
 def _save(ckpt: Path, model, optimizer, scheduler, step: int, extra_params, losses=()):
-    """Write the checkpoint beside the old one, then swap, so a kill never leaves half a checkpoint."""
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    state.update({f"extra.{i}": p.detach().contiguous() for i, p in enumerate(extra_params)})
+    """Write the checkpoint beside the old one, then swap, so a kill never leaves half a checkpoint. A full disk,
+    Ctrl-C or SIGTERM at any point of it (the signal comes between any two lines) leaves the last whole checkpoint
+    under its name and no temp folder."""
+    tmp, old = ckpt.with_name(ckpt.name + ".tmp"), ckpt.with_name(ckpt.name + ".old")
     try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        state.update({f"extra.{i}": p.detach().contiguous() for i, p in enumerate(extra_params)})
         save_file(_untie(state), tmp / "model.safetensors")
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
                     "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "losses": list(losses)},
                    tmp / "state.pt")
-    except BaseException:  # a full disk: give back what the half-written one holds
+        if ckpt.exists():
+            os.replace(ckpt, old)
+        os.replace(tmp, ckpt)
+    except BaseException:
+        _restore(ckpt)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _restore(ckpt: Path) -> None:
+    """Put the last whole checkpoint back under its name when a stop came between the two renames of a swap."""
     old = ckpt.with_name(ckpt.name + ".old")
-    if ckpt.exists():
-        os.replace(ckpt, old)
-    os.replace(tmp, ckpt)
+    if old.exists() and not ckpt.exists():
+        os.replace(old, ckpt)
     shutil.rmtree(old, ignore_errors=True)
 
 

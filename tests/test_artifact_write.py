@@ -28,3 +28,35 @@ def test_write_replaces_whole_and_leaves_no_temp(tmp_path, monkeypatch, write, n
     write(path, new)
     assert read(path) == new
     assert [p.name for p in tmp_path.iterdir()] == ["result"]
+
+
+def test_a_folder_through_temp_replaces_a_full_one_or_leaves_it_and_no_temp(tmp_path):
+    target = tmp_path / "model"  # prune's step folders, a stage taken from the shared cache
+    target.mkdir()
+    (target / "old.bin").write_text("old")
+    with pytest.raises(KeyboardInterrupt), artifact.through_temp(target, tmp_path / "model.tmp") as tmp:
+        tmp.mkdir()
+        (tmp / "half.bin").write_text("half")
+        raise KeyboardInterrupt  # Ctrl-C or SIGTERM while the folder is written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert [p.name for p in target.iterdir()] == ["old.bin"]
+
+    with artifact.through_temp(target, tmp_path / "model.tmp") as tmp:
+        tmp.mkdir()
+        (tmp / "new.bin").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert [p.name for p in target.iterdir()] == ["new.bin"]
+
+
+def test_an_interrupted_prune_step_save_leaves_no_temp_folder(tmp_path, monkeypatch):
+    from edgekit import families
+    from edgekit.stages import prune
+
+    def half_then_stop(model, tokenizer, path, max_length):
+        path.mkdir()
+        (path / "config.json").write_text("{}")  # a resumed run trusts a step folder with a config.json
+        raise KeyboardInterrupt
+    monkeypatch.setattr(families, "save_model", half_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        prune.save(None, None, tmp_path / "step-1", 32)
+    assert list(tmp_path.iterdir()) == []

@@ -1,12 +1,13 @@
 import fcntl
 import functools
+import importlib
 import json
 import shutil
 
 import pytest
 
 import edgekit
-from edgekit import cli, data, devices, gate, pipeline, recipe, testing
+from edgekit import cli, data, devices, gate, pipeline, recipe, stages, testing
 from edgekit.errors import EdgekitError
 
 
@@ -153,6 +154,19 @@ def test_a_run_never_replaces_or_removes_a_stage_named_folder_it_did_not_make(mo
         assert (out / name).is_symlink() or (out / name / "notes.txt").read_text() == "mine"
         assert not (out / "manifest.json").exists()
         (out / name).unlink() if (out / name).is_symlink() else shutil.rmtree(out / name)
+
+
+@pytest.mark.parametrize("name", stages.NAMES)
+def test_a_stage_revision_is_the_last_change_its_comment_lists(name):
+    """A fix listed as `# 3: ...` beside REVISION = 2 (quantize, until stop 52) left runs reusing what the old code
+    wrote: the number is what decides, the list says why."""
+    import inspect
+    import re
+
+    source = inspect.getsource(importlib.import_module(f"edgekit.stages.{name}"))
+    found = re.search(r"^REVISION = (\d+)(.*?)\n\n", source, re.S | re.M)
+    listed = [int(n) for n in re.findall(r"(?:#|;)\s*(\d+): ", found.group(2))] if found else []
+    assert listed == list(range(2, stages.revision(name) + 1))
 
 
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):

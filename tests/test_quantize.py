@@ -112,11 +112,11 @@ def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(
         excluded.append(list(exclude))
         return quantize_file(source, target, fmt, settings, calib, meta, exclude)
 
-    def fake_accuracy(model, examples, *args):  # the drop holds once 2 or more nodes stay float
-        return 0.9 if model.path == fp32.path or len(excluded[-1]) >= 2 else 0.5
+    def fake_correct(model, examples, *args):  # the drop holds once 2 or more nodes stay float
+        return testing.answers(0.9 if model.path == fp32.path or len(excluded[-1]) >= 2 else 0.5)
 
     monkeypatch.setattr(quantize, "quantize_file", recording)
-    monkeypatch.setattr(quantize, "accuracy", fake_accuracy)
+    monkeypatch.setattr(quantize, "correct", fake_correct)
     out = quantize.run(fp32, tmp_path / "q", ctx, fuse=False, max_accuracy_drop=0.01, check_sentences=16)
     q = out.metrics["quantization"]
     assert excluded[:3] == [[], excluded[1][:1], excluded[2][:2]] and len(excluded[2]) == 2  # 1, then 2 kept float
@@ -130,9 +130,9 @@ def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(
     meta = json.loads(out.path.with_name("model.json").read_text())
     assert meta["quantization"]["kept_float"] == q["kept_float"]
     capsys.readouterr()
-    monkeypatch.setattr(quantize, "accuracy", lambda model, *a: 0.9 if model.path == fp32.path else 0.5)
+    monkeypatch.setattr(quantize, "correct", lambda model, *a: testing.answers(0.9 if model.path == fp32.path else 0.5))
     q = quantize.run(fp32, tmp_path / "q2", ctx, max_accuracy_drop=0.01, check_sentences=16).metrics["quantization"]
-    assert not q["met"] and "loses 0.4000 of validation accuracy with every quantizable node" in \
+    assert not q["met"] and "loses 0.4 of validation accuracy with every quantizable node" in \
         capsys.readouterr().err  # a missed drop was recorded only: the run ended complete, nothing said
 
 
@@ -163,11 +163,11 @@ def test_tflite_steps_down_to_a_milder_method_when_the_drop_is_too_large(tmp_pat
     ctx = context(model_dir, csv_file)
     fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "t", ctx, format="tflite", buckets=[32], check_sentences=8)
 
-    def fake_accuracy(model, examples, *args):  # full-integer loses 5 points, dynamic-range holds
+    def fake_correct(model, examples, *args):  # full-integer loses 5 points, dynamic-range holds
         full_integer = model.interpreter.get_output_details()[0]["dtype"] != np.float32
-        return 0.85 if model.path != fp32.path and full_integer else 0.9
+        return testing.answers(0.85 if model.path != fp32.path and full_integer else 0.9)
 
-    monkeypatch.setattr(quantize, "accuracy", fake_accuracy)
+    monkeypatch.setattr(quantize, "correct", fake_correct)
     out = quantize.run(fp32, tmp_path / "q", ctx, mode="static", calibration_size=8, max_accuracy_drop=0.01,
                        check_sentences=8)
     q = out.metrics["quantization"]

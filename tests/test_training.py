@@ -98,3 +98,50 @@ def test_a_checkpoint_of_another_architecture_is_a_clear_error(model_dir, csv_fi
     deeper = families.load_model(testing.make_model_dir(tmp_path / "deep", layers=5), labels=["neg", "pos"])
     with pytest.raises(EdgekitError, match="from another architecture .*it has no bert.encoder.layer.4"):
         fit(deeper, encoded, tmp_path)
+
+
+@pytest.mark.parametrize("where", ["state_dict", "save_file", "torch.save", "between the renames"])
+def test_a_stop_anywhere_in_a_checkpoint_save_keeps_the_last_whole_one_and_no_temp(model_dir, csv_file, tmp_path,
+                                                                                    monkeypatch, where):
+    model, _ = setup(model_dir, csv_file)  # a SIGTERM comes between any two lines; CI once caught checkpoint.tmp left
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    ckpt = tmp_path / "run" / "checkpoint"
+    training._save(ckpt, model, optimizer, scheduler, 4, ())
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    if where == "state_dict":
+        monkeypatch.setattr(model, "state_dict", stop)
+    elif where == "save_file":
+        monkeypatch.setattr(training, "save_file", stop)
+    elif where == "torch.save":
+        monkeypatch.setattr(training.torch, "save", stop)
+    else:
+        replace, calls = training.os.replace, []
+
+        def second_rename_stops(src, dst):
+            calls.append(src)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            replace(src, dst)
+        monkeypatch.setattr(training.os, "replace", second_rename_stops)
+    with pytest.raises(KeyboardInterrupt):
+        training._save(ckpt, model, optimizer, scheduler, 8, ())
+    monkeypatch.undo()
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["checkpoint"]
+    assert training._resume(ckpt, model, optimizer, scheduler, ())[0] == 4
+
+
+def test_a_kill_between_the_renames_resumes_from_the_old_checkpoint(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    fit(model, encoded, tmp_path / "run")  # SIGKILL leaves checkpoint.old and no checkpoint: the next run finds it
+    (tmp_path / "run" / "checkpoint").rename(tmp_path / "run" / "checkpoint.old")
+    fresh, _ = setup(model_dir, csv_file)
+    steps = []
+    fit(fresh, encoded, tmp_path / "run", lambda m, b: steps.append(1) or loss(m, b))
+    assert not steps  # the end checkpoint, found: nothing re-trained (it started over before)
+    a, b = model.state_dict(), fresh.state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+    assert not (tmp_path / "run" / "checkpoint.old").exists()

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from edgekit import data, families, training
-from edgekit.artifact import Artifact
+from edgekit.artifact import Artifact, through_temp
 from edgekit.errors import EdgekitError
 from edgekit.stages.distill import eval_texts
 
@@ -105,11 +105,9 @@ def save(model, tokenizer, path: Path, max_length: int) -> None:
     temporary folder renamed when complete: a resumed run trusts any step folder with a config.json."""
     rank, world = training.distributed()
     if rank == 0:
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        families.save_model(model, tokenizer, tmp, max_length)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
+        with through_temp(path, path.with_name(path.name + ".tmp")) as tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+            families.save_model(model, tokenizer, tmp, max_length)
     if world > 1:
         torch.distributed.barrier()
 
