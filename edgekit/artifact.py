@@ -7,6 +7,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgekit.errors import EdgekitError
+
 # hf: a transformers folder (config.json, model.safetensors, tokenizer); onnx, tflite, torchscript: a model file with
 # its model.json sidecar and tokenizer.json beside it
 KINDS = ("hf", "onnx", "tflite", "torchscript")
@@ -62,7 +64,8 @@ def weight_files(path: Path) -> list:
 def onnx_data_files(path: Path) -> list:
     """The external data files an ONNX model's tensors name: `model.onnx.data` as edgekit writes it,
     `model.onnx_data` as Optimum does, or any other name; each once, and only inside the model's folder (ONNX
-    Runtime loads no other)."""
+    Runtime loads no other). Named as `path` is (a relative path gives relative names: a folder's files are counted
+    once). Needs the onnx package only for a model that has external data."""
     with open(path, "rb") as f:
         try:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
@@ -70,8 +73,11 @@ def onnx_data_files(path: Path) -> list:
                     return []
         except ValueError:  # an empty file
             return []
-    import onnx
-
+    try:
+        import onnx
+    except ImportError:
+        raise EdgekitError(f"{path} keeps its weights in external data files, and finding them needs the onnx "
+                           f"package; pip install onnx (no torch needed)") from None
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:  # not an ONNX model: loading it says so
@@ -79,7 +85,7 @@ def onnx_data_files(path: Path) -> list:
     folder = path.parent.resolve()
     names = {entry.value for tensor in _onnx_tensors(model.graph) for entry in tensor.external_data
              if entry.key == "location"}
-    return sorted(folder / name for name in names
+    return sorted(Path(os.path.normpath(path.parent / name)) for name in names
                   if (folder / name).resolve().is_relative_to(folder) and (folder / name).is_file())
 
 
@@ -110,7 +116,9 @@ def size_mb(artifact: Artifact) -> float:
 def through_temp(path: Path, tmp: Path = None):
     """The temp file (or folder) a writer fills, renamed onto `path` when the block ends without an error and removed
     when it does not (a full disk, Ctrl-C, SIGTERM): a reader sees the old file or the new one, never half, and no
-    temp file stays behind. `tmp`: its name (by default a hidden one beside `path`)."""
+    temp file stays behind. A folder replacing another is two steps (the old one goes first): a stop between them
+    leaves none, which the writers here (prune steps, stages from the shared cache) redo. `tmp`: its name (by
+    default a hidden one beside `path`)."""
     tmp = tmp or path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp

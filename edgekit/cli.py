@@ -29,7 +29,8 @@ def _terminate(signum, frame):
 
 RESUMES = ("compress", "sweep")  # commands whose finished stages a second run reuses
 OUTS = ("compress", "sweep", "report", "compare")  # commands with an --out folder
-LOG_BAR_S = 30  # seconds between progress bar updates when stderr is not a terminal (TQDM_MININTERVAL overrides)
+LOG_BAR_S = 30  # seconds between progress bar updates when stderr is not a terminal (the user's TQDM_MININTERVAL
+# overrides it, TQDM_MAXINTERVAL the monitor's)
 
 
 def main(argv=None) -> int:
@@ -38,9 +39,11 @@ def main(argv=None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    if not _terminal():  # a CI log: a progress bar's redraws (10 a second) are kept there as lines; one
-        for name in ("TQDM_MININTERVAL", "TQDM_MAXINTERVAL"):  # update in 30 s still shows rate and ETA (tqdm's
-            os.environ.setdefault(name, str(LOG_BAR_S))  # monitor redrew every 10-20 s with the minimum alone)
+    if argv is None and not _terminal():  # the edgekit command writing to a CI log, where each of a progress bar's
+        # redraws (10 a second) stays as a line: one in 30 s (or the user's TQDM_MININTERVAL) still shows rate and
+        # ETA; the maximum too, or tqdm's monitor redraws every 10-20 s. A caller of main(argv) keeps its environment
+        os.environ.setdefault("TQDM_MININTERVAL", str(LOG_BAR_S))
+        os.environ.setdefault("TQDM_MAXINTERVAL", os.environ["TQDM_MININTERVAL"])
     main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:

@@ -438,8 +438,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         if name == "finetune":
             ctx.teacher, teacher_print = artifact, input_print
         write_json(out / "manifest.json", manifest)
-    if artifact.kind == "hf" and "size_mb" not in artifact.metrics:  # a recipe without export: the folder's weights
-        artifact.metrics["size_mb"] = weights_mb(artifact.path)
+    for final in (artifact, *artifact.outputs.values()):  # the files as they are now, to the byte (a reused stage
+        final.metrics = {**final.metrics, "size_mb": weights_mb(final.path)}  # may have counted them otherwise)
     manifest["final"] = artifact.to_json(out)
     manifest["budgets"] = check_budgets(recipe["budgets"], artifact.metrics)
     if artifact.outputs:  # every deployable artifact meets the budgets, not just the first

@@ -163,7 +163,9 @@ NEEDS = (("distill", "augment_p", lambda s: s["augment"] > 0, "distill.augment >
            for k in ("lr", "temperature", "recover_from", "checkpoint_every")),
          ("prune", "importance_batches", lambda s: s["importance"] == "gradient", "prune.importance: gradient"),
          ("quantize", "calibration", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"),
-         ("quantize", "calibration_size", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"))
+         ("quantize", "calibration_size", lambda s: "static" in str(s["mode"]), "a quantize.mode of static"),
+         ("quantize", "fuse", lambda s: (s["mode"].get("onnx") if isinstance(s["mode"], dict) else s["mode"])
+          in ("dynamic", "fp16"), "an ONNX quantize.mode of dynamic or fp16"))
 
 
 def ineffective(recipe: dict) -> list:

@@ -190,7 +190,8 @@ def soft_label_kd(student_logits, teacher_logits, temperature: float):
 def _save(ckpt: Path, model, optimizer, scheduler, step: int, extra_params, losses=()):
     """Write the checkpoint beside the old one, then swap, so a kill never leaves half a checkpoint. A full disk,
     Ctrl-C or SIGTERM at any point of it (the signal comes between any two lines) leaves the last whole checkpoint
-    under its name and no temp folder."""
+    under its name and no temp folder (a stop while the replaced one is deleted leaves checkpoint.old, which the
+    next run deletes)."""
     tmp, old = ckpt.with_name(ckpt.name + ".tmp"), ckpt.with_name(ckpt.name + ".old")
     try:
         shutil.rmtree(tmp, ignore_errors=True)

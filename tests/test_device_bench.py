@@ -216,16 +216,17 @@ def test_the_runner_reads_tsv_and_jsonl_as_compress_does(tmp_path):
         from device_bench import runner
     finally:
         sys.path.pop(0)
-    rows = [('"Best film ever, 5" stars', "pos"), ("a plain one", "neg"), ('"He said ""hi"""', "pos")]
+    rows = [('"Best film ever, 5" stars', "pos"), ("a plain one", "neg"), ('"He said ""hi"""', "pos"),
+            ("nan", "neg"), ("a film", "nan")]  # a text "nan" is one (the device left it out); a label nan is not
     (tmp_path / "d.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
     read = {}
     for name in ("d.tsv", "d.jsonl"):
         compress = data._read_file(tmp_path / name, "text", "label", "")[0]
         read[name], ids = runner.read_labelled(tmp_path / name, ["neg", "pos"], "text", "label")
-        assert read[name] == [t for t, _, _ in compress] and ids == [1, 0, 1], name
-    assert read["d.tsv"] == ['"Best film ever, 5" stars', "a plain one", 'He said "hi"']  # pandas' quoting undone
-    assert read["d.jsonl"] == [t for t, _ in rows]
+        assert read[name] == [t for t, _, _ in compress] and ids == [1, 0, 1, 0], name
+    assert read["d.tsv"] == ['"Best film ever, 5" stars', "a plain one", 'He said "hi"', "nan"]  # quoting undone
+    assert read["d.jsonl"] == [t for t, _ in rows[:-1]]
 
 
 def test_every_labelled_row_is_read_as_compress_reads_it_and_checked_before_anything_is_timed(tmp_path, exported,

@@ -178,13 +178,17 @@ def sshd(tmp_path_factory):
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation folder
     proc = subprocess.Popen([binary, "-D", "-e", "-f", str(tmp / "sshd_config")], stderr=subprocess.PIPE, text=True)
-    for _ in range(50):
+    deadline = time.monotonic() + 60  # a loaded CI machine: every ssh test then failed as "cannot reach"
+    while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             break
         except OSError:
             if proc.poll() is not None:
                 pytest.skip(f"sshd did not start: {proc.stderr.read()[-200:]}")
+            if time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"sshd did not listen on port {port} within 60 s")
             time.sleep(0.1)
     yield {"kind": "ssh", "host": "127.0.0.1", "port": port, "user": getpass.getuser(), "key": str(tmp / "client"),
            "known_hosts": str(tmp / "known_hosts"), "python": sys.executable, "runs": 3, "warmup": 1,

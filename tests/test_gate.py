@@ -241,7 +241,7 @@ def test_a_budget_on_the_worst_served_class_is_measured_by_evaluate_and_gated(fi
         "budget (budgets.class_recall_retained=null)"]
 
 
-def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(finished, tmp_path):
+def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(finished, tmp_path, monkeypatch):
     import onnx
 
     from edgekit import artifact, devices
@@ -249,7 +249,7 @@ def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(fini
     source = finished / "04-quantize"
     runner = devices.runner_module()
     manifest = json.loads((finished / "manifest.json").read_text())
-    for name, where in (("model.onnx_data", ""), ("weights.bin", "data/")):  # Optimum's name; a subfolder
+    for name, where in (("model.onnx_data", ""), ("weights.data", "data/")):  # Optimum's name; a subfolder
         folder = tmp_path / name.replace(".", "-")
         (folder / where).mkdir(parents=True)
         onnx.save_model(onnx.load(source / "model.onnx"), folder / "model.onnx", save_as_external_data=True,
@@ -266,6 +266,15 @@ def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(fini
         into.mkdir()
         devices.stage_job(finished, manifest, folder / "model.onnx", into)  # what edgekit bench ships
         assert (into / "model" / where / name).stat().st_size == (folder / where / name).stat().st_size
+    monkeypatch.chdir(tmp_path)  # a folder named relatively: its data file was counted twice (once resolved)
+    assert artifact.weights_mb(Path(folder.name)) == artifact.weights_mb(folder)
+    code = ("import sys; sys.modules['onnx'] = None; from edgekit import cli; "  # docs/ci.md's light gate install
+            "sys.exit(cli.main(['gate', %r, '--max-size-mb', '25']))")
+    done = subprocess.run([sys.executable, "-c", code % str(folder / "model.onnx")], capture_output=True, text=True)
+    assert (done.returncode, done.stderr.count("\n")) == (1, 1), done.stderr  # was a ModuleNotFoundError traceback
+    assert "needs the onnx package; pip install onnx" in done.stderr
+    done = subprocess.run([sys.executable, "-c", code % str(source / "model.onnx")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr  # a model holding its weights needs no onnx package
 
 
 def test_size_and_shares_kept_are_compared_exactly_and_shown_on_their_side_of_the_bound(tmp_path, capsys,

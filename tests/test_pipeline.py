@@ -169,6 +169,26 @@ def test_a_stage_revision_is_the_last_change_its_comment_lists(name):
     assert listed == list(range(2, stages.revision(name) + 1))
 
 
+def test_the_budgets_check_the_final_files_sizes_not_a_reused_stages_record(model_dir, csv_file, tmp_path,
+                                                                            monkeypatch):
+    """An export stage made before sizes were counted to the byte recorded 6.0 for 6,000,499 bytes; reused, it passed
+    `size_mb <= 6` in compress while `edgekit gate` failed the same file."""
+    from edgekit import artifact
+    from edgekit.stages import export
+
+    out, path = tmp_path / "run", tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export",)))
+    monkeypatch.setattr(export, "size_mb", lambda a: 0.0)  # the old count
+    first = run(path, out, "budgets.size_mb=<= 0.001")
+    assert first["stages"][0]["metrics"]["size_mb"] == 0.0  # what the stage recorded, and a reuse carries
+    monkeypatch.undo()
+    second = run(path, out, "budgets.size_mb=<= 0.001")
+    assert [s["reused"] for s in second["stages"]] == [True]
+    size = artifact.weights_mb(out / second["final"]["path"])
+    assert second["final"]["metrics"]["size_mb"] == size > 0.001
+    assert second["status"] == "over_budget" and second["budgets"][0]["actual"] == size
+
+
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):
     """A fix that changes a stage's output raises its REVISION: runs made before it redo that stage rather than
     reuse what the old code wrote. Stages after it follow the content: here export writes the same bytes again,

@@ -233,3 +233,11 @@ def test_a_budget_no_stage_measures_is_refused_and_null_drops_a_budget(tmp_path)
     with pytest.raises(UsageError) as e:  # a misspelt stage is the one error, not its knock-on ones
         recipe.load("distilbert-int8", ["stages=[finetune, bogus]"])
     assert str(e.value) == "unknown stage 'bogus'; stages: finetune, distill, prune, export, quantize, evaluate, bench"
+
+
+@pytest.mark.parametrize("mode, warned", [("static", True), ("{onnx: static, tflite: dynamic}", True),
+                                          ("dynamic", False), ("fp16", False), ("{onnx: dynamic}", False)])
+def test_fuse_without_an_onnx_mode_it_steers_is_warned_of(mode, warned):
+    """fuse steers ONNX dynamic and fp16 only; with static it was dropped from the sidecar, silently."""
+    said = recipe.ineffective(recipe.load("distilbert-int8", [f"quantize.mode={mode}", "quantize.fuse=true"]))
+    assert ("quantize.fuse is set but does nothing without an ONNX quantize.mode of dynamic or fp16" in said) == warned

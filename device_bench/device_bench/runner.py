@@ -305,8 +305,9 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
     kept = []
     for n, row in numbered:
         values = [row.get(c) for c in columns]
-        if any(v is None or v.strip() in ("", "nan", "NaN", "NAN") for v in values):
-            continue  # a missing value (pandas writes one as nan): the row carries no example
+        if any(v is None or v.strip() == "" for v in values) or values[-1].strip() in ("nan", "NaN", "NAN"):
+            continue  # a missing value (pandas writes a label as nan): the row carries no example; a text "nan" is
+            # one, as compress reads it (edgekit.data), so the device scores the sentences evaluate scored
         try:
             "".join(values).encode("utf-8")
         except UnicodeEncodeError:
