@@ -7,24 +7,31 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
 import edgekit
-from edgekit.errors import EdgekitError, UsageError
+from edgekit import errors
+from edgekit.errors import EdgekitError, Terminated, UsageError
 
 OVER_BUDGET = 3
 EXIT_CODES = ("exit codes: 0 ok, 1 error, 2 wrong command line or recipe, 3 over budget, 130 interrupted (Ctrl-C), "
               "143 terminated (SIGTERM)")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (CI cancelling a job, docker stop, systemd) ends a run as Ctrl-C does: temp files go, the message says
-    what resumes, exit 143."""
+REPEAT_S = 5  # a second SIGTERM or Ctrl-C this soon after the first is the same stop: its cleanup goes on
 
 
-def _terminate(signum, frame):
-    raise Terminated()
+def _stop(signum, frame):
+    """SIGTERM and Ctrl-C raise once. A second one while the first's cleanup runs gave a traceback, left a temp file
+    or killed the process (exit -15); one later than REPEAT_S raises again (a stop Python dropped, or a slow
+    cleanup the user wants to cut short)."""
+    now = time.monotonic()
+    if errors.STOP["at"] is not None and now - errors.STOP["at"] < REPEAT_S:
+        return
+    errors.STOP.update(at=now, signal=signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 RESUMES = ("compress", "sweep")  # commands whose finished stages a second run reuses
@@ -45,9 +52,11 @@ def main(argv=None) -> int:
         os.environ.setdefault("TQDM_MININTERVAL", str(LOG_BAR_S))
         os.environ.setdefault("TQDM_MAXINTERVAL", os.environ["TQDM_MININTERVAL"])
     main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
+        errors.stop_point()  # a stop that came while Python could not raise it: the work went on, its exit code says
+        return code
     except EdgekitError as e:
         if args.verbose:  # the traceback, and still the exit code that says what kind of error it was
             _say(traceback.format_exc().rstrip())
@@ -70,10 +79,12 @@ def main(argv=None) -> int:
         _say(f"edgekit: {what}{'; run the same command again to resume' if resumes else ''}")
         return 143 if isinstance(e, Terminated) else 130
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
-        if argv is None and main_thread:  # the `edgekit` command, about to exit: a Ctrl-C during the interpreter's
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # shutdown (torch's exit hooks) printed a traceback or
+        errors.STOP.update(at=None, signal=None)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if argv is None and main_thread:  # the `edgekit` command, about to exit: a signal during the interpreter's
+            for s in (signal.SIGTERM, signal.SIGINT):  # shutdown (torch's exit hooks, 2-3 s) printed a traceback
+                signal.signal(s, signal.SIG_IGN)  # or made the exit code -15 or -2 after the message was said
         _leave_process_group()  # killed a process whose run had finished
 
 

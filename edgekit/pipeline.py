@@ -11,12 +11,13 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import edgekit
-from edgekit import assets, data, families, gate, recipe as recipes, stages
+from edgekit import assets, data, errors, families, gate, recipe as recipes, stages
 from edgekit.artifact import Artifact, through_temp, weights_mb, write_json
 from edgekit.errors import EdgekitError, UsageError
 
@@ -135,9 +136,8 @@ def prepare_out(out: Path) -> None:
         raise UsageError(f"--out {out} is a file; give a folder path")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=out):  # gone even after a stop (a named probe file stayed)
+            pass
     except OSError as e:
         raise EdgekitError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder")
 
@@ -383,6 +383,7 @@ def follow(recipe: dict, out: Path) -> None:
 def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progress: bool, shared: Path = None,
          team: Team = None) -> dict:
     previous = read_manifest(out / "manifest.json")
+    earlier = (previous.get("stages") or []) + previous.get("unchecked_stages", [])  # a stopped rerun's too
     manifest = {"schema": SCHEMA, "edgekit_version": edgekit.__version__, "status": "running", "recipe": recipe,
                 "model": {"spec": recipe["teacher"], "path": str(source.path),
                           "fingerprint": assets.fingerprint(source.path)},
@@ -396,6 +397,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
     for i, name in enumerate(recipe["stages"], 1):
+        errors.stop_point()  # a stop signal Python dropped
         if team and not set(recipe["stages"][i - 1:]) & set(DISTRIBUTED):
             team.release()  # no training left for the other ranks
         settings = recipe.get(name) or {}
@@ -403,8 +405,10 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                        for flag in (False, True))
         stage_dir = out / f"{i:02d}-{name}"
         manifest["earlier_stages"] = sorted((known | {stage_dir.name}) - made_here({"stages": manifest["stages"]}))
+        manifest["unchecked_stages"] = earlier[i - 1:]  # a stop before they are checked (hashing a stage's files
+        # takes seconds) leaves them to the next run, which retrained them all
         write_json(out / "manifest.json", manifest)  # before the stage: a stop inside it leaves its folder listed
-        entry = reusable(previous, i - 1, name, (key, legacy), out)
+        entry = reusable({"stages": earlier}, i - 1, name, (key, legacy), out)
         if not entry and shared:
             entry = from_shared(shared, key, stage_dir)
             if entry:  # same key: same input content; paths are this run's own
@@ -417,6 +421,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             log(f"[{i}/{len(recipe['stages'])}] {name}: unchanged, reused {stage_dir.name}", progress)
             entry["reused"], entry["key"] = True, key
             artifact = Artifact.from_json(entry["output"], out)
+            shutil.rmtree(stage_dir.with_name(stage_dir.name + ".partial"), ignore_errors=True)  # a stopped run's
+            # of other settings (this folder holds one run: what it reuses is what it keeps)
         else:
             log(f"[{i}/{len(recipe['stages'])}] {name}", progress)
             started = time.time()
@@ -427,8 +433,6 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                      "seconds": round(time.time() - started, 2), "metrics": artifact.metrics,
                      "files": {str(p.relative_to(out)): assets.sha256_file(p)
                                for p in sorted(stage_dir.rglob("*")) if p.is_file()}, "reused": False}
-            if shared:
-                to_shared(shared, entry, stage_dir)
         manifest["stages"].append(entry)
         if entry["files"] and Path(artifact.path).is_relative_to(stage_dir):  # a new model: its files key the next
             input_print = hashlib.sha256(json.dumps(entry["files"], sort_keys=True).encode()).hexdigest()
@@ -437,7 +441,10 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                                                     default=str).encode()).hexdigest()
         if name == "finetune":
             ctx.teacher, teacher_print = artifact, input_print
-        write_json(out / "manifest.json", manifest)
+        manifest["unchecked_stages"] = earlier[i:]
+        write_json(out / "manifest.json", manifest)  # at once: a stop before it retrains the stage
+        if shared and not entry["reused"]:
+            to_shared(shared, entry, stage_dir)
     for final in (artifact, *artifact.outputs.values()):  # the files as they are now, to the byte (a reused stage
         final.metrics = {**final.metrics, "size_mb": weights_mb(final.path)}  # may have counted them otherwise)
     manifest["final"] = artifact.to_json(out)
@@ -457,6 +464,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             shutil.rmtree(old)  # refused to start beside a stage-named folder no run made)
             log(f"removed {old.name}: a stage of an earlier recipe run into this folder", progress)
     manifest.pop("earlier_stages", None)
+    manifest.pop("unchecked_stages", None)
     write_json(out / "manifest.json", manifest)
     return manifest
 
@@ -493,6 +501,8 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
     finally:
         training.ALONE = False
     shutil.rmtree(partial / "checkpoint", ignore_errors=True)  # the finished model is saved; optimizer state is not needed
+    for left in sorted(partial.rglob("*.tmp")):  # a stopped writer's (the resume took another path) is not kept in
+        shutil.rmtree(left, ignore_errors=True) if left.is_dir() else left.unlink(missing_ok=True)  # the stage
     (partial / ".key").unlink()
     if stage_dir.exists():
         shutil.rmtree(stage_dir)

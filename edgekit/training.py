@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from edgekit import data
+from edgekit import data, errors
 from edgekit.errors import EdgekitError
 
 
@@ -60,6 +60,7 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
         for i, batch in enumerate(data.batches(encoded, batch_size, pad_id, shuffle=True, seed=seed * 1000 + epoch)):
             if epoch * per_epoch + i < step:
                 continue  # already done before the resume
+            errors.stop_point()  # a stop signal Python dropped
             local, share = _shard(batch, rank, world)
             loss = loss_fn(runner, _to(local, device)) * share
             loss.backward()

@@ -189,6 +189,54 @@ def test_the_budgets_check_the_final_files_sizes_not_a_reused_stages_record(mode
     assert second["status"] == "over_budget" and second["budgets"][0]["actual"] == size
 
 
+def test_a_rerun_stopped_while_it_checks_what_to_reuse_leaves_the_next_one_all_of_it(tiny_recipe, tmp_path,
+                                                                                     monkeypatch):
+    """The rerun wrote a manifest listing no stage before hashing the first one's files (seconds with real
+    weights): stopped there, the next run trained every stage again."""
+    from edgekit import assets
+
+    out = tmp_path / "run"
+    run(tiny_recipe, out)
+    real, calls = assets.sha256_file, []
+
+    def stops_in_the_third_stage(path):
+        calls.append(path)
+        if "03-export" in str(path):
+            raise KeyboardInterrupt
+        return real(path)
+    monkeypatch.setattr(assets, "sha256_file", stops_in_the_third_stage)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_recipe, out)
+    monkeypatch.undo()
+    stopped = json.loads((out / "manifest.json").read_text())
+    assert len(stopped["stages"]) == 2 and len(stopped["unchecked_stages"]) == 4
+    m = run(tiny_recipe, out)
+    assert all(s["reused"] for s in m["stages"]) and "unchecked_stages" not in m
+
+
+def test_a_stopped_writers_temp_files_never_enter_a_finished_stage(model_dir, csv_file, tmp_path, monkeypatch):
+    """quantize's prepared.onnx.tmp (a whole FP32 copy) stayed in the .partial folder after a stop; when the resume
+    took another path, the rename sealed it into the stage and the manifest recorded it."""
+    import functools
+
+    from edgekit.stages import export
+
+    real = export.run
+
+    @functools.wraps(real)
+    def leaves_temp_files(artifact, out_dir, ctx, **settings):
+        (out_dir / "prepared.onnx.tmp").write_bytes(b"half")
+        (out_dir / "sub.tmp").mkdir(exist_ok=True)
+        (out_dir / "sub.tmp" / "x").write_bytes(b"half")
+        return real(artifact, out_dir, ctx, **settings)
+    monkeypatch.setattr(export, "run", leaves_temp_files)
+    path = tmp_path / "r.yaml"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export",)))
+    m = run(path, tmp_path / "run")
+    assert not list((tmp_path / "run").rglob("*.tmp")) and not [f for f in m["stages"][0]["files"] if ".tmp" in f]
+    assert list((tmp_path / "run").iterdir()) and (tmp_path / "run" / m["final"]["path"]).is_file()
+
+
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):
     """A fix that changes a stage's output raises its REVISION: runs made before it redo that stage rather than
     reuse what the old code wrote. Stages after it follow the content: here export writes the same bytes again,

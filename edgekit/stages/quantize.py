@@ -460,15 +460,15 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
 
     prepared = target.with_name("prepared.onnx.tmp")
     probe = target.with_name("probe.onnx")
-    prepare(source, prepared, settings)  # the graph quantize_file quantizes: node names match
-    graph = onnx.load(str(prepared)).graph  # the nodes this mode turns into integer ones, and no others
-    nodes = weight_nodes(graph, STATIC_OPS if settings["mode"] == "static" else tuple(WEIGHT_INPUT))
-    sample = [t for t, _ in (ctx.splits.validation[:64])]
-    reference = runtime.load(source)
-    batch = reference.encode(sample)
-    want = reference.logits(batch)
-    errors = {}
-    try:
+    try:  # a stop anywhere leaves neither file (prepared is a whole FP32 copy)
+        prepare(source, prepared, settings)  # the graph quantize_file quantizes: node names match
+        graph = onnx.load(str(prepared)).graph  # the nodes this mode turns into integer ones, and no others
+        nodes = weight_nodes(graph, STATIC_OPS if settings["mode"] == "static" else tuple(WEIGHT_INPUT))
+        sample = [t for t, _ in (ctx.splits.validation[:64])]
+        reference = runtime.load(source)
+        batch = reference.encode(sample)
+        want = reference.logits(batch)
+        errors = {}
         for name in tqdm(nodes, desc="sensitivity", unit="node", disable=not ctx.progress):
             int8(prepared, probe, settings, calib[:32], only=[name])
             errors[name] = float(np.abs(runtime.OnnxModel(probe).logits(batch) - want).mean())
