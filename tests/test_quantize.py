@@ -617,3 +617,16 @@ def test_the_sidecar_records_the_settings_each_mode_applied():
     assert quantize.applied("onnx", "fp16", settings) == {"mode": "fp16", "fuse": True}  # fuse was dropped, the
     assert "fuse" not in quantize.applied("onnx", "static", settings)  # INT8-only settings kept
     assert "calibration" not in quantize.applied("onnx", "dynamic", settings)
+
+
+def test_a_torchscript_file_is_the_same_bytes_whatever_was_traced_before_in_the_process(tmp_path, model_dir):
+    """quantize traces after export in one process: its classes were renamed ___torch_mangle_N (14 KB more, another
+    hash) unlike a resumed run's, whose export stage was reused."""
+    import torch
+
+    from edgekit import families
+
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    for i in range(2):
+        export.to_torchscript(families.load_model(model_dir).eval(), (ids, (ids != 0).long()), tmp_path / f"{i}.pt")
+    assert (tmp_path / "0.pt").read_bytes() == (tmp_path / "1.pt").read_bytes()

@@ -454,8 +454,11 @@ def fold_token_types(model):
 
 
 def to_torchscript(model, sample: tuple, path: Path) -> None:
-    """Trace `model` to TorchScript: input_ids and attention_mask in, logits out."""
+    """Trace `model` to TorchScript: input_ids and attention_mask in, logits out. The same bytes whatever was traced
+    before in this process: a class traced twice is renamed `___torch_mangle_N` in the process's compilation unit,
+    so quantize's file (traced after export's) was 14 KB larger than a resumed run's, and its hash differed."""
     model.config._attn_implementation = "eager"
+    torch.jit._state._python_cu = torch._C.CompilationUnit()  # read by torch's compiler at each use
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
