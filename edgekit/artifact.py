@@ -57,8 +57,10 @@ def weight_files(path: Path) -> list:
     path = Path(path)
     if path.is_file():
         return [path] + (onnx_data_files(path) if path.suffix == ".onnx" else [])
-    files = {p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES}
-    return sorted(files.union(*(onnx_data_files(p) for p in list(files) if p.suffix == ".onnx")))
+    files = {p.resolve(): p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES}
+    for data in [d for p in list(files.values()) if p.suffix == ".onnx" for d in onnx_data_files(p)]:
+        files.setdefault(data.resolve(), data)  # a data file the folder scan found too is counted once
+    return sorted(files.values())
 
 
 def onnx_data_files(path: Path) -> list:

@@ -52,7 +52,9 @@ def main(argv=None) -> int:
         os.environ.setdefault("TQDM_MININTERVAL", str(LOG_BAR_S))
         os.environ.setdefault("TQDM_MAXINTERVAL", os.environ["TQDM_MININTERVAL"])
     main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
-    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    errors.STOP.update(at=None, signal=None)
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)  # one the parent ignored
+                if signal.getsignal(s) != signal.SIG_IGN} if main_thread else {}  # (`edgekit ... &` in a script)
     try:
         code = args.func(args) or 0
         errors.stop_point()  # a stop that came while Python could not raise it: the work went on, its exit code says
@@ -79,13 +81,13 @@ def main(argv=None) -> int:
         _say(f"edgekit: {what}{'; run the same command again to resume' if resumes else ''}")
         return 143 if isinstance(e, Terminated) else 130
     finally:
-        errors.STOP.update(at=None, signal=None)
         for s, handler in previous.items():
             signal.signal(s, handler)
+        errors.STOP.update(at=None, signal=None)
+        _leave_process_group()  # killed a process whose run had finished
         if argv is None and main_thread:  # the `edgekit` command, about to exit: a signal during the interpreter's
             for s in (signal.SIGTERM, signal.SIGINT):  # shutdown (torch's exit hooks, 2-3 s) printed a traceback
                 signal.signal(s, signal.SIG_IGN)  # or made the exit code -15 or -2 after the message was said
-        _leave_process_group()  # killed a process whose run had finished
 
 
 def _terminal() -> bool:

@@ -443,10 +443,11 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
             ctx.teacher, teacher_print = artifact, input_print
         manifest["unchecked_stages"] = earlier[i:]
         write_json(out / "manifest.json", manifest)  # at once: a stop before it retrains the stage
-        if shared and not entry["reused"]:
+        if shared:  # a stage reused from this folder too, when a stop came while it was published
             to_shared(shared, entry, stage_dir)
     for final in (artifact, *artifact.outputs.values()):  # the files as they are now, to the byte (a reused stage
-        final.metrics = {**final.metrics, "size_mb": weights_mb(final.path)}  # may have counted them otherwise)
+        final.metrics["size_mb"] = weights_mb(final.path)  # may have counted them otherwise); the last stage's
+        # record is this dict too: its row in the summary shows the size
     manifest["final"] = artifact.to_json(out)
     manifest["budgets"] = check_budgets(recipe["budgets"], artifact.metrics)
     if artifact.outputs:  # every deployable artifact meets the budgets, not just the first

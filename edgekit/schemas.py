@@ -37,6 +37,7 @@ MANIFEST = {
         "schema": {"const": 1},
         "status": {"enum": ["running", "complete", "over_budget"]},
         "stages": {"type": "array", "items": STAGE},
+        "unchecked_stages": {"type": "array", "items": STAGE},
         "budgets": {"type": "array", "items": {"type": "object", "required": ["metric", "op", "target", "actual", "ok"]}},
         "devices": {"type": "object", "additionalProperties": {  # edgekit bench: one entry per target
             "type": "object", "required": ["kind", "complete"],

@@ -46,7 +46,10 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm)))
     ckpt = out_dir / "checkpoint"
-    _restore(ckpt)  # a kill (SIGKILL, power) between a swap's renames
+    if rank == 0:  # a kill (SIGKILL, power) between a swap's renames; under torchrun one rank renames
+        _restore(ckpt)
+    if world > 1:
+        torch.distributed.barrier()
     step, losses = _resume(ckpt, model, optimizer, scheduler, extra_params) if ckpt.exists() else (0, [])
     model.train()
     runner = model

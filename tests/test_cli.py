@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit import cli, testing
+from edgekit import cli, errors, testing
 from edgekit.errors import EdgekitError
 
 
@@ -120,6 +120,16 @@ def test_a_stop_python_dropped_still_ends_the_run(model_dir, csv_file, tmp_path,
     assert err.rstrip().endswith("terminated; run the same command again to resume")  # was exit 0, run complete
     assert not (tmp_path / "run" / "01-finetune").exists()  # stopped at its first training step
     assert cli.main(["recipes"]) == 0  # the next command in the same process is not stopped by the old signal
+    errors.STOP.update(at=1.0, signal=signal.SIGTERM)  # one left by a signal after a command's cleanup
+    assert cli.main(["recipes"]) == 0
+    real, installed = signal.signal, []
+    monkeypatch.setattr(cli.signal, "signal", lambda s, h: installed.append((s, h)) or real(s, h))
+    ignored = real(signal.SIGINT, signal.SIG_IGN)  # `edgekit compress ... &` in a script: Ctrl-C is not for it
+    try:
+        assert cli.main(["recipes"]) == 0
+    finally:
+        real(signal.SIGINT, ignored)
+    assert (signal.SIGTERM, cli._stop) in installed and (signal.SIGINT, cli._stop) not in installed
 
 
 def test_over_budget_exits_3(tiny_recipe, tmp_path, capsys):

@@ -268,6 +268,7 @@ def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(fini
         assert (into / "model" / where / name).stat().st_size == (folder / where / name).stat().st_size
     monkeypatch.chdir(tmp_path)  # a folder named relatively: its data file was counted twice (once resolved)
     assert artifact.weights_mb(Path(folder.name)) == artifact.weights_mb(folder)
+    assert artifact.weights_mb(Path(folder.name) / "data" / "..") == artifact.weights_mb(folder)  # was twice too
     code = ("import sys; sys.modules['onnx'] = None; from edgekit import cli; "  # docs/ci.md's light gate install
             "sys.exit(cli.main(['gate', %r, '--max-size-mb', '25']))")
     done = subprocess.run([sys.executable, "-c", code % str(folder / "model.onnx")], capture_output=True, text=True)

@@ -169,19 +169,18 @@ def test_a_stage_revision_is_the_last_change_its_comment_lists(name):
     assert listed == list(range(2, stages.revision(name) + 1))
 
 
-def test_the_budgets_check_the_final_files_sizes_not_a_reused_stages_record(model_dir, csv_file, tmp_path,
-                                                                            monkeypatch):
+def test_the_budgets_check_the_final_files_sizes_not_a_reused_stages_record(model_dir, csv_file, tmp_path):
     """An export stage made before sizes were counted to the byte recorded 6.0 for 6,000,499 bytes; reused, it passed
     `size_mb <= 6` in compress while `edgekit gate` failed the same file."""
     from edgekit import artifact
-    from edgekit.stages import export
 
     out, path = tmp_path / "run", tmp_path / "r.yaml"
     path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("export",)))
-    monkeypatch.setattr(export, "size_mb", lambda a: 0.0)  # the old count
-    first = run(path, out, "budgets.size_mb=<= 0.001")
-    assert first["stages"][0]["metrics"]["size_mb"] == 0.0  # what the stage recorded, and a reuse carries
-    monkeypatch.undo()
+    run(path, out, "budgets.size_mb=<= 0.001")
+    manifest = json.loads((out / "manifest.json").read_text())
+    for record in (manifest["stages"][0]["metrics"], manifest["stages"][0]["output"]["metrics"]):
+        record["size_mb"] = 0.0  # as an older edgekit counted it; a reuse carries the stage's record
+    (out / "manifest.json").write_text(json.dumps(manifest))
     second = run(path, out, "budgets.size_mb=<= 0.001")
     assert [s["reused"] for s in second["stages"]] == [True]
     size = artifact.weights_mb(out / second["final"]["path"])
@@ -235,6 +234,25 @@ def test_a_stopped_writers_temp_files_never_enter_a_finished_stage(model_dir, cs
     m = run(path, tmp_path / "run")
     assert not list((tmp_path / "run").rglob("*.tmp")) and not [f for f in m["stages"][0]["files"] if ".tmp" in f]
     assert list((tmp_path / "run").iterdir()) and (tmp_path / "run" / m["final"]["path"]).is_file()
+
+
+def test_a_stage_a_stop_kept_from_the_shared_folder_is_published_by_the_next_run(model_dir, csv_file, tmp_path,
+                                                                                  monkeypatch):
+    """Published after its manifest entry: a stop while it was linked into a sweep's shared folder, and the next
+    run (reusing it from its own folder) never published it, so the other points trained it again."""
+    path, out, shared = tmp_path / "r.yaml", tmp_path / "run", tmp_path / "shared"
+    path.write_text(testing.tiny_recipe(model_dir, csv_file, stages=("finetune", "export")))
+    real = pipeline.to_shared
+
+    def stops(shared_dir, entry, stage_dir):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(pipeline, "to_shared", stops)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(recipe.load(str(path)), out, progress=False, shared=shared)
+    monkeypatch.setattr(pipeline, "to_shared", real)
+    m = pipeline.run(recipe.load(str(path)), out, progress=False, shared=shared)
+    assert m["stages"][0]["reused"] and (shared / m["stages"][0]["key"] / "entry.json").is_file()
+    assert m["stages"][-1]["metrics"]["size_mb"] == m["final"]["metrics"]["size_mb"]  # the last stage's row too
 
 
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):

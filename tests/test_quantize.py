@@ -626,7 +626,16 @@ def test_a_torchscript_file_is_the_same_bytes_whatever_was_traced_before_in_the_
 
     from edgekit import families
 
+    @torch.jit.script
+    def before(x: int) -> int:  # the process's own scripted code, before and after: it still compiles and runs
+        return x + 1
+
     ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
     for i in range(2):
         export.to_torchscript(families.load_model(model_dir).eval(), (ids, (ids != 0).long()), tmp_path / f"{i}.pt")
     assert (tmp_path / "0.pt").read_bytes() == (tmp_path / "1.pt").read_bytes()
+
+    @torch.jit.script
+    def after(x: int) -> int:
+        return before(x) * 2
+    assert after(1) == 4

@@ -458,12 +458,16 @@ def to_torchscript(model, sample: tuple, path: Path) -> None:
     before in this process: a class traced twice is renamed `___torch_mangle_N` in the process's compilation unit,
     so quantize's file (traced after export's) was 14 KB larger than a resumed run's, and its hash differed."""
     model.config._attn_implementation = "eager"
-    torch.jit._state._python_cu = torch._C.CompilationUnit()  # read by torch's compiler at each use
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
-    buffer = io.BytesIO()  # serialized in memory, written from Python: torch's own file writer aborted the process
-    torch.jit.save(traced, buffer)  # on a full disk (exit 134, from C++), leaving a half-written file
+    process_unit = torch.jit._state._python_cu  # read by torch's compiler at each use: the trace gets its own, and
+    torch.jit._state._python_cu = torch._C.CompilationUnit()  # what the process scripts before or after keeps its
+    try:  # (left swapped, a class scripted before could not be used in a function scripted after)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
+        buffer = io.BytesIO()  # serialized in memory, written from Python: torch's own file writer aborted the
+        torch.jit.save(traced, buffer)  # process on a full disk (exit 134, from C++), leaving a half-written file
+    finally:
+        torch.jit._state._python_cu = process_unit
     with through_temp(path, path.with_suffix(".pt.tmp")) as tmp:
         tmp.write_bytes(buffer.getvalue())
 
