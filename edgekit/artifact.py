@@ -66,8 +66,8 @@ def weight_files(path: Path) -> list:
 def onnx_data_files(path: Path) -> list:
     """The external data files an ONNX model's tensors name: `model.onnx.data` as edgekit writes it,
     `model.onnx_data` as Optimum does, or any other name; each once, and only inside the model's folder (ONNX
-    Runtime loads no other). Named as `path` is (a relative path gives relative names: a folder's files are counted
-    once). Needs the onnx package only for a model that has external data."""
+    Runtime loads no other), by their resolved paths. Needs the onnx package only for a model that has external
+    data."""
     with open(path, "rb") as f:
         try:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
@@ -87,7 +87,7 @@ def onnx_data_files(path: Path) -> list:
     folder = path.parent.resolve()
     names = {entry.value for tensor in _onnx_tensors(model.graph) for entry in tensor.external_data
              if entry.key == "location"}
-    return sorted(Path(os.path.normpath(path.parent / name)) for name in names
+    return sorted(folder / name for name in names
                   if (folder / name).resolve().is_relative_to(folder) and (folder / name).is_file())
 
 

@@ -408,7 +408,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
         manifest["unchecked_stages"] = earlier[i - 1:]  # a stop before they are checked (hashing a stage's files
         # takes seconds) leaves them to the next run, which retrained them all
         write_json(out / "manifest.json", manifest)  # before the stage: a stop inside it leaves its folder listed
-        entry = reusable({"stages": earlier}, i - 1, name, (key, legacy), out)
+        entry = reusable(earlier, i - 1, name, (key, legacy), out)
         if not entry and shared:
             entry = from_shared(shared, key, stage_dir)
             if entry:  # same key: same input content; paths are this run's own
@@ -595,8 +595,8 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
-def reusable(previous: dict, index: int, name: str, keys: tuple, out: Path):
-    entries = previous.get("stages") or []
+def reusable(entries: list, index: int, name: str, keys: tuple, out: Path):
+    """The earlier run's entry at `index`, when it is this stage with one of these keys and its files are intact."""
     if index >= len(entries):
         return None
     entry = entries[index]

@@ -268,6 +268,8 @@ def test_onnx_external_data_counts_under_any_name_and_travels_to_the_device(fini
         assert (into / "model" / where / name).stat().st_size == (folder / where / name).stat().st_size
     monkeypatch.chdir(tmp_path)  # a folder named relatively: its data file was counted twice (once resolved)
     assert artifact.weights_mb(Path(folder.name)) == artifact.weights_mb(folder)
+    devices.stage_job(finished, manifest, Path(folder.name) / "model.onnx", tmp_path / "job-relative")  # `edgekit
+    assert (tmp_path / "job-relative" / "model" / "data" / "weights.data").is_file()  # bench a/run`: ValueError
     assert artifact.weights_mb(Path(folder.name) / "data" / "..") == artifact.weights_mb(folder)  # was twice too
     code = ("import sys; sys.modules['onnx'] = None; from edgekit import cli; "  # docs/ci.md's light gate install
             "sys.exit(cli.main(['gate', %r, '--max-size-mb', '25']))")
