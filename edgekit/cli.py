@@ -31,7 +31,7 @@ def _stop(signum, frame):
     if errors.STOP["at"] is not None and now - errors.STOP["at"] < REPEAT_S:
         return
     errors.STOP.update(at=now, signal=signum)
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    errors.stop_point()
 
 
 RESUMES = ("compress", "sweep")  # commands whose finished stages a second run reuses
