@@ -3,6 +3,7 @@ Exit codes: EXIT_CODES below. Errors are one line; -v shows the traceback."""
 import argparse
 import errno
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -253,10 +254,16 @@ def build_parser():
     sw.set_defaults(func=cmd_sweep)
     b = sub.add_parser("bench", help="run a finished run's model on a device target; merge the result; exit 3 if over")
     b.add_argument("run", help="a finished run folder")
-    b.add_argument("--target", default="local", help="a target name: local, qemu-arm64, or one from --targets/recipe")
-    b.add_argument("--targets", metavar="FILE", help="a YAML file of targets (kind: local|ssh|adb|qemu-arm64)")
+    b.add_argument("--target", default="local", help="a target name: local, qemu-arm64, manual (run by hand), or one "
+                   "from --targets/recipe")
+    b.add_argument("--targets", metavar="FILE", help="a YAML file of targets (kind: local|ssh|adb|qemu-arm64|manual)")
     b.add_argument("--model", help="an output name of the final stage (arm64-tflite) or a model file "
                                    "(default: the final model)")
+    by_hand = b.add_mutually_exclusive_group()
+    by_hand.add_argument("--stage", metavar="DIR", help="only write the job (runner, model, test sentences) into the new "
+                         "folder DIR and print the command to run on the device: for a device edgekit cannot reach")
+    by_hand.add_argument("--result", metavar="FILE", help="merge the result.json device_bench wrote for a --stage job "
+                         "instead of running the target (target manual, or the target whose settings it ran with)")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_bench)
     for s in (c, r, a, g, rp, cp, sw, b):
@@ -390,7 +397,15 @@ def cmd_gate(args) -> int:
 def cmd_bench(args) -> int:
     from edgekit import devices, gate
 
-    entry = devices.bench(args.run, args.target, args.targets, args.model, progress=not args.quiet)
+    if args.stage:
+        command = devices.stage(args.run, args.target, args.stage, args.targets, args.model)
+        print(f"staged: {args.stage} (job.json says what it holds). Copy it to the device and run there:\n"
+              f"  cd {shlex.quote(Path(args.stage).name)} && {command}\n"
+              f"then bring result.json back: edgekit bench {shlex.quote(str(args.run))} --target {args.target} "
+              f"--result result.json")
+        return 0
+    entry = devices.bench(args.run, args.target, args.targets, args.model, progress=not args.quiet,
+                          result_file=args.result)
     print(devices.summary(args.target, entry))
     gate.write_reports(entry["budgets"], f"{args.run} on {args.target}")
     return 0 if all(r["ok"] for r in entry["budgets"]) else OVER_BUDGET

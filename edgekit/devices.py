@@ -10,7 +10,9 @@ Targets are YAML, under `devices:` in the recipe or in a file given with --targe
       phone: {kind: adb, serial: R58M123ABC}
       arm64: {kind: qemu-arm64}
 
-`local` and `qemu-arm64` work without a file. The harness copies device_bench (no edgekit, no torch), the model,
+`local`, `qemu-arm64` and `manual` work without a file. A `manual` target is a device edgekit cannot reach (a
+phone without adb, an air-gapped board): `--stage DIR` writes the job and the command to run there, `--result FILE`
+merges the result.json it wrote. The harness copies device_bench (no edgekit, no torch), the model,
 its model.json and tokenizer and the run's test split as a CSV, runs it and fetches the result JSON. Every
 command is an argv list; what runs in a remote shell (ssh, adb shell) is built with shlex.quote from our own
 values. A failed run is recorded as {"complete": false, "error": ...} and never as a result.
@@ -35,7 +37,8 @@ from edgekit import assets, gate, pipeline, recipe as recipes
 from edgekit.artifact import weight_files, write_json
 from edgekit.errors import EdgekitError, UsageError
 
-KINDS = ("local", "ssh", "adb", "qemu-arm64")
+KINDS = ("local", "ssh", "adb", "qemu-arm64", "manual")
+BUILT_IN = ("local", "qemu-arm64", "manual")  # target names that need no description
 COMMON = {"kind": str, "budgets": dict, "model": str, "threads": int, "runs": int, "warmup": int, "batch": int,
           "seq_len": int, "sentences": int, "timeout_s": int, "after_compress": bool}
 FIELDS = {
@@ -44,6 +47,7 @@ FIELDS = {
             "connect_timeout": int, "known_hosts": str, "pip_args": list},
     "adb": {"serial": str, "python": str, "workdir": str, "benchmark_model": str, "adb": str},
     "qemu-arm64": {"release": str, "mirror": str, "cpu": str},
+    "manual": {},
 }
 REQUIRED = {"ssh": ("host",), "adb": ("serial",)}
 LIMITS = {"threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)", "batch": "[1, inf)", "seq_len": "[2, 512]",
@@ -53,6 +57,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RELEASE = re.compile(r"[a-z][a-z0-9-]*")  # a Debian suite (bookworm, stable): a folder name and debootstrap's argument
 MIRROR = re.compile(r"(https?|file)://\S+")
 RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
+VENV_PYTHON = (3, 11)  # the oldest Python the pinned requirements-*.txt install on (numpy 2.4)
 MERGE_WAIT_S = 30  # how long a finished bench waits for the run's lock (another bench merging)
 # what a device's result may hold: every one a finite number >= 0 (accuracy a fraction), or absent
 RESULT_NUMBERS = ("size_mb", "peak_rss_mb", "rss_after_load_mb", "load_s", "first_inference_ms", "mean_ms",
@@ -110,8 +115,8 @@ def load_targets(recipe: dict, targets_file=None) -> dict:
             if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
                 loaded = loaded[key]
         if not isinstance(loaded, dict):
-            raise UsageError(f"targets file {path} must map target names to settings (kind: local|ssh|adb|qemu-arm64), "
-                             f"at the top or under devices:")
+            raise UsageError(f"targets file {path} must map target names to settings (kind: "
+                             f"{'|'.join(KINDS)}), at the top or under devices:")
         found.update(loaded)
     errors = []
     for name, spec in found.items():
@@ -137,6 +142,9 @@ def check_target(name: str, spec) -> list:
             errors.append(f"target {name}: {key} must be {allowed}, got {value!r}")
     errors += [f"target {name}: missing key '{k}' (needed for {spec['kind']})"
                for k in REQUIRED.get(spec["kind"], ()) if k not in spec]
+    if spec["kind"] == "manual" and spec.get("after_compress"):
+        errors.append(f"target {name}: after_compress needs a target edgekit reaches itself; a manual one is run by "
+                      f"hand (edgekit bench RUN --target {name} --stage DIR)")
     if spec["kind"] == "qemu-arm64" and spec.get("cpu", "cortex-a72") not in CPUS:
         errors.append(f"target {name}: cpu {spec['cpu']!r}; emulated CPUs: {', '.join(CPUS)}")
     if isinstance(spec.get("release"), str) and not RELEASE.fullmatch(spec["release"]):
@@ -166,9 +174,9 @@ def check_target(name: str, spec) -> list:
 def resolve_target(name: str, targets: dict) -> dict:
     if name in targets:
         return dict(targets[name])
-    if name in ("local", "qemu-arm64"):
+    if name in BUILT_IN:
         return {"kind": name}
-    raise UsageError(f"unknown target '{name}'; targets: {', '.join(sorted(set(targets) | {'local', 'qemu-arm64'}))}"
+    raise UsageError(f"unknown target '{name}'; targets: {', '.join(sorted(set(targets) | set(BUILT_IN)))}"
                      f" (describe more under `devices:` in a --targets file or the recipe)")
 
 
@@ -286,6 +294,10 @@ def check_result(name: str, result: dict, spec: dict) -> dict:
         if result.get(key) is not None and result[key] != value:
             raise EdgekitError(f"target {name}: the result is for {key} {result[key]!r}, not the {value!r} sent; "
                                f"an old result was left on the device: nothing merged, run again")
+    if spec.get("_sha") and result.get("model_sha256") not in (None, spec["_sha"]):
+        raise EdgekitError(f"target {name}: the result is for another {sent['model']} than the run holds (SHA-256 "
+                           f"{str(result['model_sha256'])[:12]}..., the run's {spec['_sha'][:12]}...): a file from "
+                           f"another run or an older export; nothing merged, bench the run's file")
     latency = result.get("latency_ms")
     if not isinstance(latency, dict) or any(q not in latency for q in ("p50", "p90", "p99")):
         raise EdgekitError(f"target {name}: the result's latency_ms is {latency!r}, not p50, p90 and p99 in ms; "
@@ -348,7 +360,7 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
     timeout = spec.get("timeout_s", 1800)
     python = spec.get("python", "python3")
     limit = spec.get("connect_timeout", 10) + 30
-    check = call(ssh_command(spec, [python, "-c", "import platform; print(platform.machine())"]), name,
+    check = call(ssh_command(spec, [python, "-c", "import platform; print(platform.python_version())"]), name,
                  "connect", limit, f"check that {spec['host']} is on and answers ssh (the limit is connect_timeout + 30 "
                  f"s; raise connect_timeout in the target for a slow link)", text=True)
     if check.returncode == 255:
@@ -356,6 +368,14 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
     if check.returncode != 0:
         raise EdgekitError(f"target {name}: {python} does not run on {spec['host']} ({tail(check.stderr, 120)}); "
                            f"install python3 there or set python: to its path in the target")
+    if spec.get("venv"):  # said before the job is copied
+        found = (check.stdout.strip().splitlines() or ["?"])[-1]  # a login banner comes before it
+        if len(version := tuple(int(x) for x in re.findall(r"\d+", found)[:2])) == 2 and version < VENV_PYTHON:
+            raise EdgekitError(f"target {name}: venv: true installs the runner's pinned packages, which need Python "
+                               f"{'.'.join(map(str, VENV_PYTHON))} or newer; {python} on {spec['host']} is "
+                               f"{found[:20]}: set python: to a newer one there, or install numpy, tokenizers and "
+                               f"{RUNTIME['tflite' if spec['_format'] == 'tflite' else 'onnx']} there by hand and "
+                               f"leave venv out")
     send = call(ssh_command(spec, f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)} && "
                                   f"tar -C {shlex.quote(workdir)} -xf -"), name, "copy the job", timeout,
                 input=tar_bytes(job))
@@ -648,31 +668,48 @@ def metrics_of(result: dict, manifest: dict) -> dict:
     return {k: v for k, v in metrics.items() if v is not None}
 
 
-def bench(run, target: str, targets_file=None, model: str = None, progress: bool = True) -> dict:
-    """Run `target` on the run's model; merge the entry into manifest.json under devices.<target>; return it."""
+def bench(run, target: str, targets_file=None, model: str = None, progress: bool = True, result_file=None) -> dict:
+    """Run `target` on the run's model (or read the result.json a manual run wrote: `result_file`); merge the entry
+    into manifest.json under devices.<target>; return it."""
     manifest, run = gate.load_manifest(Path(run))
     spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
     path = model_file(run, manifest, model or spec.get("model"))
     sha = assets.sha256_file(path)  # what is measured: merge checks the run still holds it
-    with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
-        job = Path(tmp)
+    where = str(path.relative_to(run)) if path.is_relative_to(run) else str(path)
+    if spec["kind"] == "manual" and result_file is None:
+        raise UsageError(f"target {target} is run by hand: edgekit bench {run} --target {target} --stage DIR writes "
+                         f"the job and the command to run on the device; then --result FILE merges its result.json")
+    if result_file is not None:
+        meta = json.loads((path.parent / "model.json").read_text())  # model_file checked it is there
+        spec.update(_model=f"model/{path.name}", _format=meta.get("format"), _sha=sha)
+        text = _read_text(Path(result_file), "--result")
         try:
-            staged = stage_job(run, manifest, path, job, spec.get("sentences", 0))
-            spec.update(_model=staged["model"], _format=staged["format"])
-            kind = spec["kind"]
-            if progress:  # the runner says nothing until it ends: seconds here, minutes on a phone or under qemu
-                print(f"target {target} ({kind}): {path.name}, {staged['examples']} test sentences and "
-                      f"{spec.get('runs', 50)} timed runs", file=sys.stderr, flush=True)
-            result = {"local": run_local, "ssh": run_ssh, "adb": run_adb}[kind](target, spec, job) if kind != "qemu-arm64" \
-                else run_qemu(target, spec, job, progress)
-            check_result(target, result, spec)
-        except EdgekitError as e:
-            merge(run, target, {"kind": spec["kind"], "model": str(path.relative_to(run)) if path.is_relative_to(run)
-                                else str(path), "complete": False, "error": str(e), "at": time.time()}, sha)
-            raise
+            json.loads(text)
+        except ValueError as e:
+            raise UsageError(f"--result {result_file} is not JSON ({e}); give the result.json device_bench wrote on "
+                             f"the device, copied whole")
+        result = check_result(target, read_result(target, text), spec)
+        spec["kind"] = "manual"  # whatever the target's kind, this result was run by hand
+    else:
+        with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
+            job = Path(tmp)
+            try:
+                staged = stage_job(run, manifest, path, job, spec.get("sentences", 0))
+                spec.update(_model=staged["model"], _format=staged["format"], _sha=sha)
+                kind = spec["kind"]
+                if progress:  # the runner says nothing until it ends: seconds here, minutes on a phone or under qemu
+                    print(f"target {target} ({kind}): {path.name}, {staged['examples']} test sentences and "
+                          f"{spec.get('runs', 50)} timed runs", file=sys.stderr, flush=True)
+                result = {"local": run_local, "ssh": run_ssh, "adb": run_adb}[kind](target, spec, job) \
+                    if kind != "qemu-arm64" else run_qemu(target, spec, job, progress)
+                check_result(target, result, spec)
+            except EdgekitError as e:
+                merge(run, target, {"kind": spec["kind"], "model": where, "complete": False, "error": str(e),
+                                    "at": time.time()}, sha)
+                raise
     predictions = result.pop("predictions", None)
     metrics = metrics_of(result, manifest)
-    entry = {"kind": spec["kind"], "model": str(path.relative_to(run)) if path.is_relative_to(run) else str(path),
+    entry = {"kind": spec["kind"], "model": where,
              "complete": True, "emulated": spec["kind"] == "qemu-arm64" or bool(result.get("emulated")),
              "metrics": metrics, "result": result, "at": time.time(),
              "budgets": pipeline.check_budgets(spec.get("budgets") or {}, metrics)}
@@ -680,6 +717,47 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
         entry["predictions"] = predictions
     merge(run, target, entry, sha)
     return entry
+
+
+def stage(run, target: str, into, targets_file=None, model: str = None) -> str:
+    """Write the job for `target` into the new folder `into` (for a device edgekit cannot reach: copy it there and
+    run the command returned), with job.json saying what it holds."""
+    manifest, run = gate.load_manifest(Path(run))
+    spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
+    path = model_file(run, manifest, model or spec.get("model"))
+    into = Path(into)
+    if into.exists() and (not into.is_dir() or any(into.iterdir())):
+        raise UsageError(f"--stage {into} exists and is not an empty folder; give a new folder for the job")
+    if not into.absolute().parent.is_dir():
+        raise UsageError(f"--stage {into}: folder {into.absolute().parent} does not exist; create it first")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.absolute().parent))
+    try:
+        staged = stage_job(run, manifest, path, tmp, spec.get("sentences", 0))
+        command = "python3 -m device_bench " + shlex.join(runner_args({**spec, "_model": staged["model"]}, "."))
+        runtime = "tflite" if staged["format"] == "tflite" else "onnx"
+        write_json(tmp / "job.json", {
+            "run": str(run), "target": target, "model": str(path.relative_to(run)) if path.is_relative_to(run)
+            else str(path), "model_sha256": assets.sha256_file(path), "examples": staged["examples"],
+            "command": command, "needs": f"Python 3.9+ with numpy, tokenizers and {RUNTIME[runtime]} (Python 3.11+: "
+            f"pip install -r device_bench/device_bench/requirements-{runtime}.txt)"})
+        if into.is_dir():
+            into.rmdir()
+        os.replace(tmp, into)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return command
+
+
+RUNTIME = {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}
+
+
+def _read_text(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{flag} {path}: cannot read it ({getattr(e, 'strerror', None) or e}); give the result.json "
+                         f"device_bench wrote on the device")
 
 
 def merge(run: Path, target: str, entry: dict, sha: str = None) -> None:

@@ -1,6 +1,7 @@
 """device_bench, the on-device runner: results on real tiny ONNX and TFLite exports, predictions equal to
 edgekit's own runtime, no torch or edgekit imported, and one-line errors for bad input with no result left."""
 import csv
+import hashlib
 import json
 import shutil
 import subprocess
@@ -68,6 +69,7 @@ def test_runner_measures_and_predicts_like_edgekit(exported, alone, fmt):
     assert r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"]
     assert set(r["throughput"]) == {"batch_1", "batch_4"} and all(v > 0 for v in r["throughput"].values())
     assert r["size_mb"] == pytest.approx(exported[fmt].stat().st_size / 1e6, abs=1e-3)
+    assert r["model_sha256"] == hashlib.sha256(exported[fmt].read_bytes()).hexdigest()  # what edgekit checks on merge
     assert r["peak_rss_mb"] >= r["rss_after_load_mb"] > 0 and r["load_s"] > 0
     assert r["runtime"] == {"onnx": "onnxruntime"}.get(fmt, "ai-edge-litert") and r["runtime_version"] != "?"
     assert r["machine"] and r["cpu"] and r["threads"] == 1 and r["emulated"] is False
@@ -137,7 +139,7 @@ def test_a_pair_column_for_a_single_text_model_is_refused_with_or_without_data(e
     for given in ([], ["--data", str(exported["data"])]):
         done = run_runner([str(exported["onnx"]), "--text-pair-column", "hypothesis", "--out", str(out), *given],
                           cwd=alone)
-        assert done.returncode == 1 and done.stderr.count("\n") == 1 and not out.exists()
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and not out.exists()  # a wrong command line
         assert "--text-pair-column hypothesis given, but model.onnx reads single texts" in done.stderr
 
 
@@ -147,6 +149,7 @@ def test_a_pair_column_for_a_single_text_model_is_refused_with_or_without_data(e
     (["--seq-len", "1"], "--seq-len 1: give a whole number >= 2"),
     (["--runs", "abc"], "argument --runs: invalid int value: 'abc'"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--batch", "100000000"], "--batch 100000000: give a whole number from 1 to 4096"),  # np.repeat ran out of memory
 ])
 def test_a_wrong_flag_is_one_line_naming_it(exported, alone, flags, line):
     done = subprocess.run([sys.executable, "-m", "device_bench", str(exported["onnx"]), *flags],
@@ -176,7 +179,32 @@ def test_a_result_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path
 def test_runner_command_line(exported, alone):
     done = subprocess.run([sys.executable, "-m", "device_bench", str(alone / "nothing.onnx")], capture_output=True,
                           text=True, cwd=alone)
-    assert done.returncode == 1 and "nothing.onnx" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert "cannot read nothing.onnx" in done.stderr.replace(str(alone) + "/", "")  # the file, not its model.json
+    assert "model.json" not in done.stderr
+
+
+def test_ctrl_c_is_one_line_and_leaves_the_earlier_result(exported, tmp_path, monkeypatch, capsys):
+    runner = devices.runner_module()
+    out = tmp_path / "result.json"
+    out.write_text("{}")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "bench", interrupted)
+    assert runner.main([str(exported["onnx"]), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("device_bench: interrupted; no result written") and err.count("\n") == 1
+    assert out.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_a_header_without_the_columns_says_what_it_has(tmp_path):
+    runner = devices.runner_module()
+    (tmp_path / "t.csv").write_text("sentence,polarity\ngood,pos\n")
+    with pytest.raises(runner.BenchError, match="needs a header with columns text, label and at least one row; it has "
+                                                "sentence, polarity; --text-column and --label-column name others"):
+        runner.read_labelled(tmp_path / "t.csv", ["neg", "pos"], "text", "label")
 
 
 @pytest.mark.parametrize("cpuinfo, expected", [

@@ -120,6 +120,8 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "qemu-arm64", "release": "bookworm\n"}, "release 'bookworm.n' must be a Debian suite name"),
     ({"kind": "qemu-arm64", "mirror": "--no-check-gpg"}, "mirror '--no-check-gpg' must be an http://, https://"),
     ({"kind": "qemu-arm64", "mirror": "ftp://deb.debian.org/debian"}, "use one such as http://deb.debian.org/debian"),
+    ({"kind": "manual", "after_compress": True}, "after_compress needs a target edgekit reaches itself"),
+    ({"kind": "manual", "host": "pi"}, "unknown key 'host'; accepted for manual"),
 ])
 def test_targets_are_validated(tmp_path, spec, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
@@ -128,7 +130,7 @@ def test_targets_are_validated(tmp_path, spec, message):
 
 def test_target_names_and_files(run, tmp_path, capsys):
     assert cli.main(["bench", str(run), "--target", "pi9", "--quiet"]) == 2
-    assert "unknown target 'pi9'; targets: local, qemu-arm64" in capsys.readouterr().err
+    assert "unknown target 'pi9'; targets: local, manual, qemu-arm64" in capsys.readouterr().err
     (tmp_path / "t.yaml").write_text("devices: [1, 2")
     with pytest.raises(UsageError, match="is not valid YAML"):
         devices.load_targets({}, tmp_path / "t.yaml")
@@ -151,6 +153,55 @@ def test_target_names_and_files(run, tmp_path, capsys):
         assert chosen == run / "01-export" / "model.onnx"
     finally:
         os.chdir(here)
+
+
+# ---------------------------------------------------------------- manual: a device edgekit cannot reach
+
+def test_a_manual_target_is_staged_run_by_hand_and_merged(run, tmp_path, capsys):
+    import shlex
+
+    file = targets_file(tmp_path, {"phone": {"kind": "manual", "runs": 3, "warmup": 1,
+                                             "budgets": {"latency_ms_p90": "<= 0.000001"}}})
+    base = ["bench", str(run), "--target", "phone", "--targets", str(file), "--quiet"]
+    assert cli.main(base) == 2  # nothing to run here
+    assert "target phone is run by hand" in capsys.readouterr().err
+    job = tmp_path / "job"
+    assert cli.main(base + ["--stage", str(job)]) == 0
+    told = json.loads((job / "job.json").read_text())
+    model = run / told["model"]
+    assert told["model_sha256"] == devices.assets.sha256_file(model) and told["examples"] == 25
+    assert "--runs 3 --warmup 1" in told["command"] and told["command"] in capsys.readouterr().out
+    assert sorted(p.name for p in job.iterdir()) == ["device_bench", "job.json", "model", "test.csv"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".job")]  # the temp folder became the job
+    done = subprocess.run([sys.executable, *shlex.split(told["command"])[1:]], cwd=job, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert cli.main(base + ["--result", str(job / "result.json")]) == 3  # merged, and over the target's budget
+    entry = manifest(run)["devices"]["phone"]
+    assert entry["kind"] == "manual" and entry["complete"] and entry["model"] == told["model"]
+    assert entry["metrics"]["accuracy_retained"] is not None and len(entry["predictions"]) == 25
+    assert entry["budgets"][0]["metric"] == "latency_ms_p90" and not entry["budgets"][0]["ok"]
+    # a result for other bytes under the same name (an older export, another run) is refused, nothing merged
+    other = json.loads((job / "result.json").read_text())
+    other["model_sha256"] = "0" * 64
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert cli.main(base + ["--result", str(tmp_path / "other.json")]) == 1
+    assert "the result is for another model.onnx than the run holds" in capsys.readouterr().err
+    assert manifest(run)["devices"]["phone"] == entry
+    (tmp_path / "cut.json").write_text(json.dumps(other)[:40])
+    assert cli.main(base + ["--result", str(tmp_path / "cut.json")]) == 2
+    assert "cut.json is not JSON" in capsys.readouterr().err
+    assert cli.main(base + ["--stage", str(job)]) == 2  # a job is never written over
+    assert "exists and is not an empty folder" in capsys.readouterr().err
+
+
+def test_a_stage_that_fails_leaves_no_folder(run, tmp_path, monkeypatch):
+    def broken(*args, **kw):
+        raise EdgekitError("disk full")
+
+    monkeypatch.setattr(devices, "stage_job", broken)
+    with pytest.raises(EdgekitError, match="disk full"):
+        devices.stage(run, "manual", tmp_path / "job")
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------- ssh against a real sshd
@@ -229,6 +280,17 @@ def test_ssh_failures_are_one_line(run, sshd, tmp_path, capsys, change, message)
     assert message.format(port=sshd["port"], user=sshd["user"]) in err[0], err[0]
     assert time.time() - started < 60
     assert manifest(run)["devices"]["box"]["complete"] is False
+
+
+def test_ssh_venv_on_a_python_too_old_for_the_pins_is_said_before_copying(run, sshd, tmp_path, capsys):
+    old = tmp_path / "python3"  # Raspberry Pi OS bullseye's: numpy 2.4 has no wheel for it
+    old.write_text("#!/bin/sh\necho 3.9.2\n")
+    old.chmod(0o755)
+    file = targets_file(tmp_path, {"old": ssh_spec(sshd, venv=True, python=str(old), workdir=str(tmp_path / "w"))})
+    assert cli.main(["bench", str(run), "--target", "old", "--targets", str(file), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "need Python 3.11 or newer" in err[0] and "is 3.9.2" in err[0], err
+    assert not (tmp_path / "w").exists()
 
 
 def test_ssh_argv_is_a_list_and_remote_words_are_quoted():

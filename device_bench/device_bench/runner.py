@@ -13,6 +13,7 @@ Unknown sidecar keys are ignored.
 import argparse
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import mmap
@@ -28,6 +29,7 @@ import numpy as np
 
 REQUIRED = ("format", "inputs", "outputs", "labels", "max_length", "tokenizer", "pad_id")
 RUNTIME_PACKAGE = {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}
+MAX_BATCH = 4096
 
 
 class BenchError(Exception):
@@ -35,6 +37,7 @@ class BenchError(Exception):
 
 
 def read_sidecar(model: Path, meta_path: Path = None) -> dict:
+    kind = file_format(model)  # a missing or unreadable model is said as such, before its sidecar
     meta_path = meta_path or model.parent / "model.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -45,7 +48,6 @@ def read_sidecar(model: Path, meta_path: Path = None) -> dict:
     missing = [k for k in REQUIRED if not isinstance(meta, dict) or k not in meta]
     if missing:
         raise BenchError(f"{meta_path} lacks {', '.join(missing)}; it is not an edgekit model.json: re-export the model")
-    kind = file_format(model)
     if meta["format"] != kind:
         raise BenchError(f"{model.name} is a {kind} file but {meta_path.name} says {meta['format']}: the sidecar "
                          f"does not match the model; copy the model.json exported with this file")
@@ -98,8 +100,9 @@ class Tokenizer:
 
 
 def missing_package(name: str) -> str:
-    return (f"{name} is not installed for {sys.executable}; pip install {name} there (or let the harness create a "
-            f"virtual environment: venv: true)")
+    return (f"{name} is not installed for {sys.executable}; pip install {name} there (or, from edgekit's source tree, "
+            f"pip install \"./device_bench[{'tflite' if name == 'ai-edge-litert' else 'onnx'}]\"; an ssh target can "
+            f"set venv: true instead)")
 
 
 class OnnxRunner:
@@ -299,7 +302,10 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
     columns = [text_column] + ([pair_column] if pair_column else []) + [label_column]
     numbered = list(_records(path, text, columns))
     if not numbered or any(c not in numbered[0][1] for c in columns):
+        found = ", ".join(map(str, numbered[0][1]))[:120] if numbered else ""
         raise BenchError(f"{path} needs a header with columns {', '.join(columns)} and at least one row"
+                         + (f"; it has {found}" if found else "; it has none")
+                         + ("; --text-column and --label-column name others" if found else "")
                          + (" (the model reads text pairs; --text-pair-column names the second text's column)"
                             if pair_column else ""))
     kept = []
@@ -374,13 +380,18 @@ def _records(path: Path, text: str, columns: list):
         yield n, dict(zip(header, row))
 
 
-def bench(model: Path, meta: dict, args) -> dict:
+def option_problem(model: Path, meta: dict, args) -> str:
+    """'' or why an option does not fit this model (a wrong command line: exit 2)."""
     if args.text_pair_column and not meta.get("text_pair"):
-        raise BenchError(f"--text-pair-column {args.text_pair_column} given, but {model.name} reads single texts "
-                         f"(its model.json has no text_pair); leave the option out")
+        return (f"--text-pair-column {args.text_pair_column} given, but {model.name} reads single texts (its "
+                f"model.json has no text_pair); leave the option out")
     if args.text_pair_column and args.text_pair_column in (args.text_column, args.label_column):
-        raise BenchError(f"--text-pair-column {args.text_pair_column} names the text or label column; give the "
-                         f"column of each row's second text")
+        return (f"--text-pair-column {args.text_pair_column} names the text or label column; give the column of each "
+                f"row's second text")
+    return ""
+
+
+def bench(model: Path, meta: dict, args) -> dict:
     if args.data:  # read and checked whole before anything is timed: a bad row is said at once
         pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
         texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
@@ -402,7 +413,8 @@ def bench(model: Path, meta: dict, args) -> dict:
     batch_runs = max(3, args.runs // 5)
     batched = timed(lambda: runner.logits(big_ids, big_mask), batch_runs, 1)
     result = {
-        "model": model.name, "format": meta["format"], "size_mb": round(weights_bytes(model) / 1e6, 6),
+        "model": model.name, "model_sha256": sha256(model), "format": meta["format"],
+        "size_mb": round(weights_bytes(model) / 1e6, 6),
         "load_s": round(load_s, 3), "first_inference_ms": round(first_ms, 3), "rss_after_load_mb": rss_after_load,
         "latency_ms": percentiles(single), "seq_len": int(ids.shape[1]), "runs": args.runs, "warmup": args.warmup,
         "throughput": {"batch_1": round(1e3 * len(single) / sum(single), 2),
@@ -425,6 +437,16 @@ def bench(model: Path, meta: dict, args) -> dict:
                   cpu_count=os.cpu_count(), threads=args.threads, system=platform.system(),
                   emulated=bool(args.emulated), complete=True)
     return result
+
+
+def sha256(path: Path) -> str:
+    """The model file's SHA-256: edgekit merges a result only for the bytes the run holds (a file of the same name
+    left on a device from another run is refused)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def weights_bytes(model: Path) -> int:
@@ -527,7 +549,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser():
-    p = Parser(prog="python -m device_bench", description=__doc__.split("\n")[0])
+    prog = "device-bench" if Path(sys.argv[0]).name == "device-bench" else "python -m device_bench"
+    p = Parser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("model", help="an .onnx or .tflite file with model.json and its tokenizer beside it")
     p.add_argument("--meta", help="the model.json (default: beside the model)")
     p.add_argument("--data", help="a labelled CSV, TSV or JSONL file: accuracy, tokenized here")
@@ -538,7 +561,7 @@ def parser():
     p.add_argument("--out", default="result.json", help="where the result JSON goes (default result.json)")
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--batch", type=int, default=8, help="the N of the batch-N throughput")
+    p.add_argument("--batch", type=int, default=8, help=f"the N of the batch-N throughput (at most {MAX_BATCH})")
     p.add_argument("--threads", type=int, default=1, help="0: the runtime's default")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per input for latency (capped at max_length)")
     p.add_argument("--emulated", action="store_true", help="mark latency as measured under emulation")
@@ -552,6 +575,8 @@ def main(argv=None) -> int:
                                ("--threads", args.threads, 0), ("--seq-len", args.seq_len, 2)):
         if value < least:
             p.error(f"{flag} {value}: give a whole number >= {least}")
+    if args.batch > MAX_BATCH:  # the batch is one array in memory: 10^8 rows of 128 tokens is 100 GB
+        p.error(f"--batch {args.batch}: give a whole number from 1 to {MAX_BATCH}")
     out = Path(args.out)  # checked before the benchmark runs, not after it
     if out.is_dir():
         p.error(f"--out {args.out} is a folder; give the path of the result JSON file")
@@ -564,10 +589,20 @@ def main(argv=None) -> int:
     try:
         model = model_file(Path(args.model))
         meta = read_sidecar(model, Path(args.meta) if args.meta else None)
+        if problem := option_problem(model, meta, args):
+            p.error(problem)
         result = bench(model, meta, args)
         write_result(out, result)
     except BenchError as e:
         print(f"device_bench: error: {e}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"device_bench: error: out of memory at --batch {args.batch} (this device has less free memory than "
+              f"the run needs); give a smaller --batch or --seq-len", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("device_bench: interrupted; no result written (any earlier --out file is as it was); run again",
+              file=sys.stderr)
+        return 130
     print(json.dumps({k: result[k] for k in ("latency_ms", "peak_rss_mb", "runtime", "machine")}))
     return 0
