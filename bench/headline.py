@@ -43,6 +43,7 @@ import numpy as np
 
 from edgekit import cli, data, devices, gate, pipeline, runtime
 from edgekit.artifact import Artifact, size_mb, write_json, write_text
+from edgekit.errors import EdgekitError
 from edgekit.stages import bench, evaluate
 
 import peers  # bench/peers.py: the teacher and the peer are built the same way there
@@ -217,7 +218,11 @@ def tflite_flops(path, signature: str = "seq128") -> int:
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
-    graph = next((g for g in model.subgraphs if (g.name or b"").decode() == signature), model.subgraphs[-1])
+    graph = next((g for g in model.subgraphs if (g.name or b"").decode() == signature), None)
+    if graph is None:  # the last signature would count another length's work under a "@128" label
+        raise EdgekitError(f"{path} has no signature {signature} (it has "
+                         f"{', '.join((g.name or b'?').decode() for g in model.subgraphs)}); export with max_length 128 "
+                         f"or more to measure it at 128 tokens")
     ops = schema.BuiltinOperator
     total = 0
     for op in graph.operators:

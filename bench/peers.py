@@ -87,12 +87,13 @@ def sentences(examples: list, work: Path) -> Path:
 
 
 def markdown(result: dict) -> str:
+    n = result.get("seq_len", 128)  # the `_128` keys hold latencies at seq_len tokens (names kept for stored results)
     lines = [f"Teacher `{result['teacher']}`, recipe `{result['recipe']}`; {result['test_examples']} test sentences; "
              f"{result.get('cpu', 'CPU not recorded')} ({result.get('int8_isa') or 'INT8 instructions not recorded'}); "
              f"batch 1, {result['threads']} thread; latency is the median over {result['rounds']} interleaved rounds of "
              f"{result['runs']} timed runs.", "",
-             "| model | size MB | accuracy | retained | p50 ms @128 | p90 ms @128 | p50 ms sentences | p90 ms sentences "
-             "| speed-up @128 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"| model | size MB | accuracy | retained | p50 ms @{n} | p90 ms @{n} | p50 ms sentences | p90 ms sentences "
+             f"| speed-up @{n} |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         lines.append(f"| {r['model']} | {r['size_mb']:.1f} | {r['accuracy']:.4f} | {r['accuracy_retained']:.4f} | "
                      f"{r['latency_ms_p50_128']:.2f} | {r['latency_ms_p90_128']:.2f} | {r['latency_ms_p50_sentences']:.2f} | "

@@ -27,13 +27,14 @@ from tqdm import tqdm
 
 from edgekit import cli, devices, latency, runtime
 from edgekit.artifact import Artifact, write_json, write_text
+from edgekit.errors import EdgekitError
 
 import headline  # bench/headline.py: the same GEMM FLOP count and peak
 
 GROUPS = {  # ONNX Runtime CPU kernels (after its graph fusions) -> the kind of work
     "INT8 GEMM (incl. activation quantization)": ("DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulInteger",
                                                   "DynamicQuantizeLinear", "QAttention", "QGemm", "QLinearMatMul"),
-    "FP32 GEMM": ("MatMul", "FusedMatMul", "Gemm"),
+    "FP32 GEMM": ("MatMul", "FusedMatMul", "Gemm", "FusedGemm"),  # FusedGemm: the pooler's Gemm + Tanh
     "softmax / attention": ("Softmax", "Attention", "MultiHeadAttention"),
     "LayerNorm": ("LayerNormalization", "SkipLayerNormalization", "EmbedLayerNormalization", "SimplifiedLayerNormalization"),
     "GELU": ("Gelu", "BiasGelu", "FastGelu", "Erf", "Tanh"),
@@ -131,6 +132,9 @@ def tflite_runner(model: Path):
     from ai_edge_litert.interpreter import Interpreter
 
     meta = json.loads((model.parent / "model.json").read_text())
+    if "128" not in (meta.get("signatures") or {}):
+        raise EdgekitError(f"{model} has no 128-token signature (buckets {meta.get('buckets')}): the roofline is timed at "
+                         f"128 tokens; export with max_length 128 or more")
     run = Interpreter(str(model), num_threads=1).get_signature_runner(meta["signatures"]["128"])
     feed = {meta["inputs"][0]["name"]: np.full((1, 128), 5, np.int32),
             meta["inputs"][1]["name"]: np.ones((1, 128), np.int32)}

@@ -792,14 +792,14 @@ def summary(target: str, entry: dict) -> str:
              f"load {r['load_s']} s" if r.get("load_s") is not None else "",
              f"latency p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"
              f"{' at ' + str(r['seq_len']) + ' tokens' if r.get('seq_len') else ''}",
-             f"peak RSS {m['peak_rss_mb']} MB" if m.get("peak_rss_mb") is not None else "",
+             f"peak RSS {m['peak_rss_mb']} MiB" if m.get("peak_rss_mb") is not None else "",
              "throughput " + ", ".join(f"{v:g}/s at {k}" for k, v in r["throughput"].items()).replace("_", " ")
              if r.get("throughput") else ""]
     rows = [head, "  " + ", ".join(p for p in parts if p)]
     if m.get("accuracy") is not None:
         retained = m.get("accuracy_retained")
-        rows.append(f"  accuracy {m['accuracy']} on {r.get('examples', '?')} sentences"
-                    f"{'' if retained is None else f' (retained {retained})'}")
+        rows.append(f"  accuracy {m['accuracy']:.4f} on {r.get('examples', '?')} sentences"
+                    f"{'' if retained is None else f' (retained {retained:.4f})'}")
     elif r.get("note"):
         rows.append(f"  {r['note']}")
     return "\n".join(rows + gate.lines(entry["budgets"]))

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from edgekit import gate
-from edgekit.artifact import write_text
+from edgekit.artifact import weight_files, write_text
 from edgekit.gate import load_manifest
 
 PARTS = ("embeddings", "attention", "ffn", "other")
@@ -63,7 +63,8 @@ def breakdown(path: Path) -> dict:
         for d in tensor.dims:
             count *= d
         sizes[part_of(name)] += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize / 1e6
-    sizes["other"] += max(0.0, path.stat().st_size / 1e6 - sum(sizes.values()))  # the graph itself, scales, names
+    total = sum(p.stat().st_size for p in weight_files(path)) / 1e6  # with its external data, as size_mb counts it
+    sizes["other"] += max(0.0, total - sum(sizes.values()))  # the graph itself, scales, names
     return {k: round(v, 3) for k, v in sizes.items()}
 
 
@@ -102,21 +103,25 @@ def points(runs: list, names: list = None) -> list:
     for (manifest, run), name in zip(runs, names or [run.name for _, run in runs]):
         final, peers = manifest["final"], peers_of(run)
         # The teacher and peer latencies come from peers.json's session; the bench stage ran in another one (other
-        # load, maybe another seq_len). So the edgekit file peers.json timed beside them takes peers.json's latency
-        # too: the speed-up read off the plot is then the peers table's.
-        session = {r["here"]: r["latency_ms_p50_128"] for r in peers.get("rows", [])
-                   if r["model"].startswith("edgekit")}
+        # load, maybe another seq_len), and peers.py scores the whole test split where evaluate may score the first
+        # data.max_eval sentences. So the edgekit file peers.json timed beside them takes peers.json's latency and
+        # accuracy too: every point it compares with then stands on the same sentences and the same session.
+        # (peers.json's `_128` keys hold its `seq_len` tokens, 128 unless --seq-len said otherwise.)
+        tokens = peers.get("seq_len", 128)
+        session = {r["here"]: r for r in peers.get("rows", []) if r["model"].startswith("edgekit")}
         for a in (final.get("outputs") or {"": final}).values():  # every target's and format's artifact
             m = a["metrics"]
             here = (run / a["path"]).resolve()
-            latency = session.get(here, m.get("latency_ms_p50"))
-            if isinstance(m.get("accuracy"), (int, float)) and isinstance(latency, (int, float)):
-                out.append((f"{name}: {a['path']}", m["accuracy"], latency, m.get("size_mb") or 0.0,
-                            m.get("eval_split", "test"), 128 if here in session else m.get("bench_seq_len")))
+            if here in session:
+                point = (session[here]["accuracy"], session[here]["latency_ms_p50_128"], "test", tokens)
+            else:
+                point = (m.get("accuracy"), m.get("latency_ms_p50"), m.get("eval_split", "test"), m.get("bench_seq_len"))
+            if isinstance(point[0], (int, float)) and isinstance(point[1], (int, float)):
+                out.append((f"{name}: {a['path']}", point[0], point[1], m.get("size_mb") or 0.0, *point[2:]))
         for r in peers.get("rows", []):  # peers.py scores on the test split
             if not r["model"].startswith("edgekit"):
                 out.append((f"{name}: {r['model']}", r["accuracy"], r["latency_ms_p50_128"], r["size_mb"], "test",
-                            128))
+                            tokens))
     return out
 
 
@@ -257,7 +262,8 @@ def build(run_dirs: list, out: Path) -> Path:
                 continue
             ran = f" ran `{result['model']}`" if result.get("model") else ""
             md += ["", f"Target `{target}`{' (emulated)' if result.get('emulated') else ''}{ran}: "
-                   + ", ".join(f"{k} {v}" for k, v in result.get("metrics", {}).items())]
+                   + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                               for k, v in result.get("metrics", {}).items())]
         pruned = next((s["metrics"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
         if pruned:
             png = out / f"heads-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.png"  # a markdown link ends at a space

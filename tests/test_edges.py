@@ -52,6 +52,15 @@ def test_hash_split_is_80_10_10(tmp_path):
     assert [round(len(x) / 2000, 2) for x in (s.train, s.validation, s.test)] == pytest.approx([0.8, 0.1, 0.1], abs=0.02)
 
 
+def test_kept_interval_leaves_out_draws_where_the_teacher_gets_nothing_right():
+    """8 sentences, the teacher right on the first only, the model on the other 7: a draw without the first has no
+    ratio; it counted as 8 right / 1, so the interval reached 8 where no draw with a ratio goes past 7."""
+    teacher = [True] + [False] * 7
+    low, high = evaluate.kept_interval([not t for t in teacher], teacher)
+    assert 0 < low <= high <= 7
+    assert evaluate.kept_interval([True, False], [False, False]) is None  # no draw has a ratio
+
+
 def test_kept_interval_is_95_percent_wide():
     """M39: the 5th-95th percentiles (a 90% interval, reported as 95%) passed every test. With a teacher right on
     every sentence the share kept is the model's accuracy, a binomial proportion: its 95% interval is about

@@ -62,6 +62,19 @@ def test_size_breakdown_adds_up_and_shrinks_with_int8(pruned_run):
     assert hf["attention"] == pytest.approx(fp32["attention"], rel=0.1)
 
 
+def test_size_breakdown_of_an_onnx_file_with_external_data_adds_up_to_its_size(pruned_run, tmp_path):
+    import onnx
+
+    model = onnx.load(str(pruned_run / "03-export" / "model.onnx"))
+    onnx.save(model, str(tmp_path / "model.onnx"), save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)
+    whole = report.breakdown(pruned_run / "03-export" / "model.onnx")
+    split = report.breakdown(tmp_path / "model.onnx")
+    size = sum(p.stat().st_size for p in tmp_path.iterdir()) / 1e6
+    assert sum(split.values()) == pytest.approx(size, abs=0.002)  # the graph's own bytes were lost
+    assert split["ffn"] == whole["ffn"] and split["embeddings"] == whole["embeddings"]
+
+
 def test_every_artifact_of_a_multi_target_run_is_a_point(tmp_path):
     out = {name: {"path": f"04-quantize/{name}/model.{name.split('-')[1]}",
                   "metrics": {"accuracy": 0.8, "latency_ms_p50": ms, "size_mb": 1.0}}
@@ -180,6 +193,23 @@ def test_the_file_peers_json_timed_takes_its_latency_from_that_session(tmp_path)
                                     ("run: teacher FP32 (ONNX Runtime)", 1.0, 0.18)]
     note = report.peers_note("run", manifest, run)
     assert "04-quantize/model.onnx are from one bench/peers.py session (128 tokens)" in note and "(32 tokens)" in note
+
+
+def test_the_file_peers_json_timed_is_compared_on_its_sentences_and_tokens(tmp_path):
+    """peers.py scores the whole test split at its --seq-len; evaluate may have scored data.max_eval sentences. The
+    point took the manifest's accuracy (30 sentences) beside the teacher's on all 83, at a label of 128 tokens."""
+    run = tmp_path / "run"
+    (run / "peers").mkdir(parents=True)
+    rows = [{"model": "teacher FP32 (ONNX Runtime)", "path": str(run / "t.onnx"), "accuracy": 0.8072,
+             "latency_ms_p50_128": 0.18, "size_mb": 0.25},
+            {"model": "edgekit r final", "path": str(run / "04-quantize/model.onnx"), "accuracy": 0.8434,
+             "latency_ms_p50_128": 0.07, "size_mb": 0.08}]
+    (run / "peers" / "peers.json").write_text(json.dumps({"run": str(run), "seq_len": 32, "rows": rows}))
+    manifest = {"final": {"path": "04-quantize/model.onnx", "metrics": {"accuracy": 0.8, "latency_ms_p50": 0.13,
+                                                                         "size_mb": 0.08, "bench_seq_len": 64}}}
+    pts = report.points([(manifest, run)], ["run"])
+    assert [(p[1], p[5]) for p in pts] == [(0.8434, 32), (0.8072, 32)]
+    assert [p[0] for p in report.pareto(pts)] == ["run: 04-quantize/model.onnx"]  # the teacher was on the front
 
 
 def test_size_breakdown_covers_every_output_and_names_the_ones_it_cannot_read(pruned_run, tmp_path):
