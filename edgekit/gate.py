@@ -218,7 +218,7 @@ def interval_note(ci, bound: float | None = None) -> str:
     if not ci:
         return ""
     inside = "" if bound is None else ", bound inside" if ci[0] <= bound <= ci[1] else ", bound outside"
-    return f" (95% interval {ci[0]}-{ci[1]}{inside})"
+    return f" (95% interval {ci[0]:.4f}-{ci[1]:.4f}{inside})"  # 4 places, as accuracies print: "1.0-1.0" read oddly
 
 
 def number(row: dict) -> str:

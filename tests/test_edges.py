@@ -107,7 +107,7 @@ def test_global_scope_keeps_a_head_in_a_layer_whose_scores_are_all_zero():
 
 def test_a_bound_on_the_end_of_the_interval_is_inside_it():
     """M62: `ci[0] <= bound <= ci[1]` made strict passed."""
-    assert gate.interval_note([0.9, 0.95], 0.95) == " (95% interval 0.9-0.95, bound inside)"
+    assert gate.interval_note([0.9, 0.95], 0.95) == " (95% interval 0.9000-0.9500, bound inside)"
     assert gate.interval_note([0.9, 0.95], 0.9).endswith("bound inside)")
     assert gate.interval_note([0.9, 0.95], 0.96).endswith("bound outside)")
 

@@ -40,7 +40,7 @@ def test_tiny_recipe_runs_every_stage_and_writes_the_manifest(tiny_recipe, tmp_p
         cli.summary(m)
     low, high = final["accuracy_retained_interval"]  # the split's own noise around the share kept
     assert low <= final["accuracy_retained"] <= high
-    assert f"retained {final['accuracy_retained']:.4f} (95% interval {low}-{high})" in cli.summary(m)
+    assert f"retained {final['accuracy_retained']:.4f} (95% interval {low:.4f}-{high:.4f})" in cli.summary(m)
     assert gate.interval_note([low, high], 2.0).endswith(", bound outside)")
     row, = pipeline.check_budgets({"accuracy_retained": ">= 2"}, final)  # the budget row carries the interval
     assert row["interval"] == [low, high] and not row["ok"]

@@ -145,7 +145,7 @@ def test_budget_rows_name_their_artifact_and_interval_as_gate_does(pruned_run, t
                                 "interval": [0.8, 1.0], "artifact": "x86-onnx"}]
     report.build([copy_run(pruned_run, tmp_path / "run", edit)], tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "| x86-onnx: accuracy_retained >= 0.97 | 0.92 (95% interval 0.8-1.0, bound inside) | **no** |" in md
+    assert "| x86-onnx: accuracy_retained >= 0.97 | 0.92 (95% interval 0.8000-1.0000, bound inside) | **no** |" in md
 
 
 def test_an_unmeasured_budget_says_not_measured(pruned_run, tmp_path):
