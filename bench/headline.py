@@ -221,8 +221,8 @@ def tflite_flops(path, signature: str = "seq128") -> int:
     graph = next((g for g in model.subgraphs if (g.name or b"").decode() == signature), None)
     if graph is None:  # the last signature would count another length's work under a "@128" label
         raise EdgekitError(f"{path} has no signature {signature} (it has "
-                         f"{', '.join((g.name or b'?').decode() for g in model.subgraphs)}); export with max_length 128 "
-                         f"or more to measure it at 128 tokens")
+                           f"{', '.join((g.name or b'?').decode() for g in model.subgraphs)}); export with max_length 128 "
+                           f"or more to measure it at 128 tokens")
     ops = schema.BuiltinOperator
     total = 0
     for op in graph.operators:

@@ -133,8 +133,8 @@ def tflite_runner(model: Path):
 
     meta = json.loads((model.parent / "model.json").read_text())
     if "128" not in (meta.get("signatures") or {}):
-        raise EdgekitError(f"{model} has no 128-token signature (buckets {meta.get('buckets')}): the roofline is timed at "
-                         f"128 tokens; export with max_length 128 or more")
+        raise EdgekitError(f"{model} has no 128-token signature (buckets {meta.get('buckets')}): the roofline is "
+                           f"timed at 128 tokens; export with max_length 128 or more")
     run = Interpreter(str(model), num_threads=1).get_signature_runner(meta["signatures"]["128"])
     feed = {meta["inputs"][0]["name"]: np.full((1, 128), 5, np.int32),
             meta["inputs"][1]["name"]: np.ones((1, 128), np.int32)}

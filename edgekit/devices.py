@@ -675,7 +675,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
     spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
     path = model_file(run, manifest, model or spec.get("model"))
     sha = assets.sha256_file(path)  # what is measured: merge checks the run still holds it
-    where = str(path.relative_to(run)) if path.is_relative_to(run) else str(path)
+    where = in_run(path, run)
     if spec["kind"] == "manual" and result_file is None:
         raise UsageError(f"target {target} is run by hand: edgekit bench {run} --target {target} --stage DIR writes "
                          f"the job and the command to run on the device; then --result FILE merges its result.json")
@@ -736,8 +736,8 @@ def stage(run, target: str, into, targets_file=None, model: str = None) -> str:
         command = "python3 -m device_bench " + shlex.join(runner_args({**spec, "_model": staged["model"]}, "."))
         runtime = "tflite" if staged["format"] == "tflite" else "onnx"
         write_json(tmp / "job.json", {
-            "run": str(run), "target": target, "model": str(path.relative_to(run)) if path.is_relative_to(run)
-            else str(path), "model_sha256": assets.sha256_file(path), "examples": staged["examples"],
+            "run": str(run), "target": target, "model": in_run(path, run), "model_sha256": assets.sha256_file(path),
+            "examples": staged["examples"],
             "command": command, "needs": f"Python 3.9+ with numpy, tokenizers and {RUNTIME[runtime]} (Python 3.11+: "
             f"pip install -r device_bench/device_bench/requirements-{runtime}.txt)"})
         if into.is_dir():
@@ -750,6 +750,11 @@ def stage(run, target: str, into, targets_file=None, model: str = None) -> str:
 
 
 RUNTIME = {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}
+
+
+def in_run(path: Path, run: Path) -> str:
+    """The model's path as the manifest names it: relative to the run, absolute when --model named one outside."""
+    return str(path.relative_to(run)) if path.is_relative_to(run) else str(path)
 
 
 def _read_text(path: Path, flag: str) -> str:
