@@ -156,7 +156,7 @@ def test_parameter_counts_switch_from_k_to_m_at_100k():
 
 
 @pytest.mark.parametrize("left_key, resumed", [("key-of-these-settings", True), ("key-of-other-settings", False)])
-def test_a_stopped_stage_resumes_only_under_its_own_key(tmp_path, monkeypatch, left_key, resumed):
+def test_a_stopped_stage_resumes_only_under_its_own_key(tmp_path, monkeypatch, capsys, left_key, resumed):
     """M43: `.key` compared `or True` passed: no test stops a stage, changes its settings, then runs again, so a
     checkpoint of other settings (epochs, lr, another teacher) would be trained on."""
     partial = tmp_path / "02-distill.partial"
@@ -176,6 +176,9 @@ def test_a_stopped_stage_resumes_only_under_its_own_key(tmp_path, monkeypatch, l
                              ctx, {})
     assert seen["checkpoint"] is resumed
     assert out.path == tmp_path / "02-distill" / "model" and not partial.exists()
+    said = "edgekit: distill: the checkpoint in 02-distill.partial was made with other settings or inputs, or by an " \
+           "older edgekit; the stage starts over"  # it was deleted without a word
+    assert (said in capsys.readouterr().err) is not resumed
 
 
 def test_a_shared_stage_whose_file_changed_is_not_taken(tmp_path):

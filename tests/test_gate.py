@@ -362,3 +362,16 @@ def test_every_refusal_replaces_the_ci_reports_and_odd_paths_still_give_valid_ju
         suite = ET.parse(report).getroot()  # it was not well-formed, or a UnicodeEncodeError traceback
         assert suite.get("failures") == "1" and ("\\x01" in suite.get("name") or "\\udcff" in suite.get("name"))
     assert summary.read_text(encoding="utf-8").count("### edgekit gate") == 5  # 2 refusals, 1 pass, 2 odd paths
+
+
+def test_a_run_of_an_older_edgekit_is_gated_on_its_counts_not_its_rounded_ratio(finished, capsys):
+    """Before evaluate's REVISION 5 a run stored round(0.8036 / 0.8512, 4) = 0.9441 for 135 of 143 right on 168
+    sentences (0.94406): gate read it and passed `>= 0.9441`; the same run compressed again fails it."""
+    manifest = json.loads((finished / "manifest.json").read_text())
+    for entry in [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]:
+        entry["metrics"].update(accuracy=0.8036, teacher_accuracy=0.8512, eval_examples=168, accuracy_retained=0.9441)
+        entry["metrics"].pop("accuracy_retained_interval", None)
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["gate", str(finished), "--min-accuracy-retained", "0.9441"]) == 3
+    assert "0.94406" in capsys.readouterr().out
+    assert cli.main(["gate", str(finished), "--min-accuracy-retained", "0.944"]) == 0
