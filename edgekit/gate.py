@@ -190,7 +190,8 @@ def from_counts(numbers: dict) -> dict:
     stored the ratio of two scores rounded to 4 places (94.406% read 0.9441 and held `>= 0.9441`; scores to 4
     places give the counts back exactly up to 5,000 sentences)."""
     n, score, teacher = (numbers.get(k) for k in ("eval_examples", "accuracy", "teacher_accuracy"))
-    if not all(isinstance(v, (int, float)) for v in (n, score, teacher)) or round(teacher * n) < 1:
+    if not all(isinstance(v, (int, float)) for v in (n, score, teacher, numbers.get("accuracy_retained"))) or \
+            round(teacher * n) < 1:  # not measured stays not measured
         return numbers
     return dict(numbers, accuracy_retained=round(score * n) / round(teacher * n))
 

@@ -515,3 +515,31 @@ def test_progress_bars_in_a_ci_log_update_every_30_s_and_a_terminal_keeps_its_ow
     terminal = code.replace("import sys;", "import sys; sys.stderr.isatty = lambda: True;")
     done = subprocess.run([sys.executable, "-c", terminal], capture_output=True, text=True, env=env)
     assert done.stdout.split()[-1] == "0.1", done.stderr  # a terminal redraws as before
+
+
+def test_the_stop_handler_raises_once_then_again_only_after_the_repeat_window():
+    import signal
+
+    errors.STOP.update(at=None, signal=None)
+    try:
+        with pytest.raises(errors.Terminated):  # it raises itself: a stop during export or hashing ends it there
+            cli._stop(signal.SIGTERM, None)
+        cli._stop(signal.SIGINT, None)  # within REPEAT_S: the same stop, whose cleanup goes on
+        errors.STOP["at"] -= cli.REPEAT_S + 1
+        with pytest.raises(KeyboardInterrupt) as raised:  # later: the user cuts a slow cleanup short
+            cli._stop(signal.SIGINT, None)
+        assert type(raised.value) is KeyboardInterrupt
+    finally:
+        errors.STOP.update(at=None, signal=None)
+
+
+def test_a_stop_dropped_during_any_command_ends_it_and_is_cleared_after(monkeypatch, capsys):
+    import signal
+
+    def dropped(args):  # the handler's exception swallowed (a __del__): the command itself finished
+        errors.STOP.update(at=1.0, signal=signal.SIGTERM)
+        return 0
+    monkeypatch.setattr(cli, "cmd_recipes", dropped)
+    assert cli.main(["recipes"]) == 143 and capsys.readouterr().err.strip() == "edgekit: terminated"
+    assert errors.STOP["at"] is None  # a library call after it in the same process is not stopped
+    errors.stop_point()

@@ -155,7 +155,8 @@ def test_parameter_counts_switch_from_k_to_m_at_100k():
     assert [report.params_text(n) for n in (99_499, 100_000, 420_000)] == ["99k", "0.1M", "0.4M"]
 
 
-@pytest.mark.parametrize("left_key, resumed", [("key-of-these-settings", True), ("key-of-other-settings", False)])
+@pytest.mark.parametrize("left_key, resumed", [("key-of-these-settings", True), ("key-of-other-settings", False),
+                                               ("key-an-older-edgekit-made", True)])
 def test_a_stopped_stage_resumes_only_under_its_own_key(tmp_path, monkeypatch, capsys, left_key, resumed):
     """M43: `.key` compared `or True` passed: no test stops a stage, changes its settings, then runs again, so a
     checkpoint of other settings (epochs, lr, another teacher) would be trained on."""
@@ -173,7 +174,7 @@ def test_a_stopped_stage_resumes_only_under_its_own_key(tmp_path, monkeypatch, c
     monkeypatch.setattr(pipeline.stages, "entry", lambda name: stage)
     ctx = Context(None, Artifact(tmp_path, "hf"), 0, 32, False)
     out = pipeline.run_stage("distill", Artifact(tmp_path, "hf"), tmp_path / "02-distill", "key-of-these-settings",
-                             ctx, {})
+                             ctx, {}, legacy="key-an-older-edgekit-made")  # a run stopped before an upgrade resumes
     assert seen["checkpoint"] is resumed
     assert out.path == tmp_path / "02-distill" / "model" and not partial.exists()
     said = "edgekit: distill: the checkpoint in 02-distill.partial was made with other settings or inputs, or by an " \
@@ -234,11 +235,43 @@ def test_the_node_kept_in_float_is_the_one_whose_int8_moves_the_logits_most(tmp_
                         lambda model, *a: testing.answers(0.9 if model.path == fp32.path or excluded[-1] else 0.5))
     q = quantize.run(fp32, tmp_path / "q", ctx, max_accuracy_drop=0.01, check_sentences=8).metrics["quantization"]
     assert len(probed) > 3 and q["kept_float"] == [probed[2]] and q["met"]
+    assert not [p.name for p in (tmp_path / "q").rglob("*") if p.name in ("probe.onnx", "prepared.onnx.tmp")]
+
+
+@pytest.mark.parametrize("with_one_node_float, kept", [(0.89, 1), (0.5, "all")])
+def test_nodes_are_kept_in_float_until_the_drop_holds_exactly_or_all_are(tmp_path, model_dir, csv_file, monkeypatch,
+                                                                         capsys, with_one_node_float, kept):
+    """A drop equal to the limit with one node kept in float holds there (`<` went on to keep every node); a limit
+    never met keeps every quantizable node before it warns (without the last doubling some were never tried)."""
+    ctx = context(model_dir, csv_file)
+    fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "onnx", ctx, check_sentences=8)
+    probed, excluded = [], []
+    real_int8, real_file = quantize.int8, quantize.quantize_file
+
+    def int8(prepared, target, settings, calib, exclude=(), only=None):
+        probed.extend(only or [])
+        return real_int8(prepared, target, settings, calib, exclude, only)
+
+    def quantize_file(source, target, fmt, settings, calib, meta, exclude=()):
+        excluded.append(list(exclude))
+        return real_file(source, target, fmt, settings, calib, meta, exclude)
+
+    monkeypatch.setattr(quantize, "int8", int8)
+    monkeypatch.setattr(quantize, "quantize_file", quantize_file)
+    monkeypatch.setattr(quantize, "correct", lambda model, *a: testing.answers(
+        0.9 if model.path == fp32.path else with_one_node_float if excluded[-1] else 0.5))
+    q = quantize.run(fp32, tmp_path / "q", ctx, max_accuracy_drop=0.01, check_sentences=8).metrics["quantization"]
+    assert len(probed) > 3
+    if kept == 1:
+        assert len(q["kept_float"]) == 1 and q["met"] and "loses" not in capsys.readouterr().err
+    else:
+        assert sorted(excluded[-1]) == sorted(probed) and not q["met"]
+        assert f"with every quantizable node ({len(probed)}) kept in float" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("lost, kept", [(300, []), (600, ["node"]), (301, ["node"])])
 def test_a_drop_equal_to_max_accuracy_drop_is_met_without_keeping_nodes_in_float(tmp_path, model_dir, csv_file,
-                                                                                 monkeypatch, lost, kept):
+                                                                                 monkeypatch, capsys, lost, kept):
     """M17/M21: `drop > max_drop` written `>=` (or met as `<`) passed: every test drop is far from the bound. And
     301 of 30,000 (0.01003) is over 0.01: a difference of accuracies rounded to 4 places (0.9 - 0.89) read 0.01."""
     ctx = context(model_dir, csv_file)
@@ -248,6 +281,7 @@ def test_a_drop_equal_to_max_accuracy_drop_is_met_without_keeping_nodes_in_float
     monkeypatch.setattr(quantize, "keep_sensitive_in_float", lambda *a: (0.0, ["node"]))
     q = quantize.run(fp32, tmp_path / "q", ctx, max_accuracy_drop=0.01, check_sentences=8).metrics["quantization"]
     assert q["kept_float"] == kept and q["met"] is True
+    assert "loses" not in capsys.readouterr().err  # no warning for a drop that holds
 
 
 def test_batched_predictions_group_sentences_of_one_length_and_come_back_in_order():

@@ -375,3 +375,48 @@ def test_a_run_of_an_older_edgekit_is_gated_on_its_counts_not_its_rounded_ratio(
     assert cli.main(["gate", str(finished), "--min-accuracy-retained", "0.9441"]) == 3
     assert "0.94406" in capsys.readouterr().out
     assert cli.main(["gate", str(finished), "--min-accuracy-retained", "0.944"]) == 0
+
+
+def test_a_teacher_that_scored_nothing_is_named_as_the_reason(finished, capsys):
+    manifest = json.loads((finished / "manifest.json").read_text())
+    for entry in [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]:
+        entry["metrics"].update(teacher_accuracy=0, accuracy_retained=None)
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["gate", str(finished), "--min-accuracy-retained", "0.5"]) == 1
+    assert "accuracy_retained is undefined: the teacher scored 0 on the run's test split" in capsys.readouterr().err
+
+
+def test_a_size_gate_on_a_folder_skips_files_of_a_stopped_stage_below_it(finished, tmp_path, capsys):
+    exports = tmp_path / "exports"
+    (exports / "old" / "01-quantize.partial").mkdir(parents=True)
+    shutil.copy(finished / "03-export" / "model.onnx", exports / "a.onnx")
+    (exports / "old" / "01-quantize.partial" / "model.onnx").write_bytes(b"\0" * 10_000_000)  # half written
+    assert cli.main(["gate", str(exports), "--max-size-mb", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "a.onnx" in out and "partial" not in out
+
+
+@pytest.mark.parametrize("where", ["outside the model's folder", "missing"])
+def test_external_data_that_onnx_runtime_would_not_load_is_not_counted(tmp_path, where):
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from edgekit import artifact
+
+    weight = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+    model = helper.make_model(graph)
+    (tmp_path / "m").mkdir()
+    onnx.save(model, str(tmp_path / "m" / "model.onnx"), save_as_external_data=True, location="w.data",
+              size_threshold=0)
+    if where == "missing":
+        (tmp_path / "m" / "w.data").unlink()
+    else:  # the model names ../w.data: ONNX Runtime refuses a location outside the model's folder
+        (tmp_path / "m" / "w.data").rename(tmp_path / "w.data")
+        m = onnx.load(str(tmp_path / "m" / "model.onnx"), load_external_data=False)
+        m.graph.initializer[0].external_data[0].value = "../w.data"
+        onnx.save(m, str(tmp_path / "m" / "model.onnx"))
+    assert artifact.onnx_data_files(tmp_path / "m" / "model.onnx") == []
+    assert artifact.weights_mb(tmp_path / "m" / "model.onnx") == (tmp_path / "m" / "model.onnx").stat().st_size / 1e6

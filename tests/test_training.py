@@ -1,3 +1,5 @@
+import shutil
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,26 +24,36 @@ def loss(model, batch):
                            batch["labels"])
 
 
-def fit(model, encoded, out, loss_fn=loss):
-    return training.train(model, encoded, loss_fn, out_dir=out, epochs=4, lr=3e-3, batch_size=16, warmup=0.1,
-                          weight_decay=0.01, checkpoint_every=4, seed=3, pad_id=0, desc="t", progress=False)
+def fit(model, encoded, out, loss_fn=loss, every=4, epochs=4, extra_params=()):
+    return training.train(model, encoded, loss_fn, out_dir=out, epochs=epochs, lr=3e-3, batch_size=16, warmup=0.1,
+                          weight_decay=0.01, checkpoint_every=every, seed=3, pad_id=0, desc="t", progress=False,
+                          extra_params=extra_params)
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_one_ends(model_dir, csv_file, tmp_path):
+def counting(calls: dict):
+    def counted(m, b):
+        calls["n"] = calls.get("n", 0) + 1
+        return loss(m, b)
+    return counted
+
+
+@pytest.mark.parametrize("dies_at", [10, 30])  # 12 steps an epoch: 30 resumes in the third, with its own shuffle
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_where_an_uninterrupted_one_ends(model_dir, csv_file, tmp_path,
+                                                                                            dies_at):
     straight, encoded = setup(model_dir, csv_file)
     fit(straight, encoded, tmp_path / "a")
 
     resumed, _ = setup(model_dir, csv_file)
     calls = {"n": 0}
 
-    def dies_at_step_10(model, batch):
+    def dies(model, batch):
         calls["n"] += 1
-        if calls["n"] == 10:
+        if calls["n"] == dies_at:
             raise Stop
         return loss(model, batch)
 
     with pytest.raises(Stop):
-        fit(resumed, encoded, tmp_path / "b", dies_at_step_10)
+        fit(resumed, encoded, tmp_path / "b", dies)
     assert (tmp_path / "b" / "checkpoint" / "model.safetensors").is_file()
     fresh, _ = setup(model_dir, csv_file)  # a new process would start from the original weights
     fit(fresh, encoded, tmp_path / "b")
@@ -145,3 +157,46 @@ def test_a_kill_between_the_renames_resumes_from_the_old_checkpoint(model_dir, c
     a, b = model.state_dict(), fresh.state_dict()
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
     assert not (tmp_path / "run" / "checkpoint.old").exists()
+
+
+def test_one_epoch_trains_on_every_example_once(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    seen = []
+    fit(model, encoded, tmp_path, lambda m, b: seen.extend(b["index"]) or loss(m, b), every=0, epochs=1)
+    assert sorted(seen) == list(range(len(encoded)))  # a fresh run skipped nothing as "done before the resume"
+
+
+def test_the_end_checkpoint_is_written_when_the_interval_does_not_divide_the_steps(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    fit(model, encoded, tmp_path, every=5)  # 48 steps: the last interval checkpoint is at 45
+    calls = {}
+    fit(setup(model_dir, csv_file)[0], encoded, tmp_path, counting(calls), every=5)
+    assert calls.get("n", 0) == 0
+
+
+def test_a_stop_while_the_old_checkpoint_is_deleted_resumes_from_the_new_one(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    run = tmp_path / "run"
+    fit(model, encoded, run)
+    shutil.copytree(run / "checkpoint", run / "checkpoint.old")  # the swap's delete, stopped halfway
+    calls = {}
+    fit(setup(model_dir, csv_file)[0], encoded, run, counting(calls))
+    assert calls.get("n", 0) == 0 and not (run / "checkpoint.old").exists()
+    fit(model, encoded, run, epochs=5)  # and the next save swaps again
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint"]
+
+
+def test_a_temp_folder_a_kill_left_does_not_stop_the_next_run(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    run = tmp_path / "run"
+    (run / "checkpoint.tmp").mkdir(parents=True)
+    (run / "checkpoint.tmp" / "model.safetensors").write_text("half written")  # SIGKILL during a save
+    fit(model, encoded, run, epochs=1)
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint"]
+
+
+def test_a_checkpoint_with_other_loss_projections_is_a_clear_error(model_dir, csv_file, tmp_path):
+    model, encoded = setup(model_dir, csv_file)
+    fit(model, encoded, tmp_path, epochs=1, extra_params=[torch.nn.Parameter(torch.zeros(4, 8))])
+    with pytest.raises(EdgekitError, match="holds other loss projections than this stage's settings make"):
+        fit(model, encoded, tmp_path, epochs=2, extra_params=[torch.nn.Parameter(torch.zeros(4, 16))])
