@@ -479,8 +479,8 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
         (partial / ".key").write_text(key)  # same stage, same inputs: a stopped run resumes from its checkpoint here
     else:
         if (partial / "checkpoint").is_dir():  # a stopped run's training, which this run cannot continue: say so
-            print(f"edgekit: {name}: the checkpoint in {partial.name} was made with other settings or inputs, or by an "
-                  f"older edgekit; the stage starts over", file=sys.stderr, flush=True)
+            print(f"edgekit: warning: {name}: the checkpoint in {partial.name} was made with other settings or inputs, "
+                  f"or by an older edgekit; the stage starts over", file=sys.stderr, flush=True)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         (partial / ".key").write_text(key)

@@ -177,8 +177,8 @@ def test_a_stopped_stage_resumes_only_under_its_own_key(tmp_path, monkeypatch, c
                              ctx, {}, legacy="key-an-older-edgekit-made")  # a run stopped before an upgrade resumes
     assert seen["checkpoint"] is resumed
     assert out.path == tmp_path / "02-distill" / "model" and not partial.exists()
-    said = "edgekit: distill: the checkpoint in 02-distill.partial was made with other settings or inputs, or by an " \
-           "older edgekit; the stage starts over"  # it was deleted without a word
+    said = "edgekit: warning: distill: the checkpoint in 02-distill.partial was made with other settings or inputs, " \
+           "or by an older edgekit; the stage starts over"  # it was deleted without a word
     assert (said in capsys.readouterr().err) is not resumed
 
 
