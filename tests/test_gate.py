@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit import cli, gate
+from edgekit import cli, devices, gate
 from edgekit.errors import EdgekitError, UsageError
 
 
@@ -420,3 +420,26 @@ def test_external_data_that_onnx_runtime_would_not_load_is_not_counted(tmp_path,
         onnx.save(m, str(tmp_path / "m" / "model.onnx"))
     assert artifact.onnx_data_files(tmp_path / "m" / "model.onnx") == []
     assert artifact.weights_mb(tmp_path / "m" / "model.onnx") == (tmp_path / "m" / "model.onnx").stat().st_size / 1e6
+
+
+def test_external_data_of_tensors_inside_if_branches_is_counted(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit import artifact
+
+    def branch(name, value):  # an If's branches hold their own initializers
+        weight = numpy_helper.from_array(np.full((64, 64), value, np.float32), f"{name}_w")
+        return helper.make_graph([helper.make_node("Identity", [f"{name}_w"], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [64, 64])], [weight])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("t", 1.0), else_branch=branch("e", 2.0))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"), save_as_external_data=True, location="w.data",
+              size_threshold=0)
+    assert artifact.onnx_data_files(tmp_path / "model.onnx") == [tmp_path.resolve() / "w.data"]
+    assert artifact.weights_mb(tmp_path / "model.onnx") == sum(p.stat().st_size for p in tmp_path.iterdir()) / 1e6
+    runner = devices.runner_module()  # the device's own reader of the protobuf, without the onnx package
+    assert [p.name for p in runner.weight_files(tmp_path / "model.onnx")] == ["model.onnx", "w.data"]
