@@ -255,6 +255,24 @@ def test_a_stage_a_stop_kept_from_the_shared_folder_is_published_by_the_next_run
     assert m["stages"][-1]["metrics"]["size_mb"] == m["final"]["metrics"]["size_mb"]  # the last stage's row too
 
 
+def test_a_rerun_stopped_while_it_publishes_a_stage_leaves_the_next_one_all_of_it(tiny_recipe, tmp_path, monkeypatch):
+    """The stage just listed under `stages` must leave `unchecked_stages`: listed twice, every stage after it was
+    compared with its neighbour's entry and retrained."""
+    out, shared = tmp_path / "run", tmp_path / "shared"
+    first = pipeline.run(recipe.load(str(tiny_recipe)), out, progress=False, shared=shared)
+
+    def stops(shared_dir, entry, stage_dir):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(pipeline, "to_shared", stops)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(recipe.load(str(tiny_recipe)), out, progress=False, shared=shared)
+    monkeypatch.undo()
+    stopped = json.loads((out / "manifest.json").read_text())
+    assert [s["name"] for s in stopped["stages"] + stopped["unchecked_stages"]] == [s["name"] for s in first["stages"]]
+    m = pipeline.run(recipe.load(str(tiny_recipe)), out, progress=False, shared=shared)
+    assert all(s["reused"] for s in m["stages"])
+
+
 def test_a_stage_whose_revision_rose_is_redone(tiny_recipe, tmp_path, monkeypatch):
     """A fix that changes a stage's output raises its REVISION: runs made before it redo that stage rather than
     reuse what the old code wrote. Stages after it follow the content: here export writes the same bytes again,
