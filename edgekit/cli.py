@@ -398,11 +398,10 @@ def cmd_bench(args) -> int:
     from edgekit import devices, gate
 
     if args.stage:
-        command = devices.stage(args.run, args.target, args.stage, args.targets, args.model)
+        job = devices.stage(args.run, args.target, args.stage, args.targets, args.model)
         print(f"staged: {args.stage} (job.json says what it holds). Copy it to the device and run there:\n"
-              f"  cd {shlex.quote(Path(args.stage).name)} && {command}\n"
-              f"then bring result.json back: edgekit bench {shlex.quote(str(args.run))} --target {args.target} "
-              f"--result result.json")
+              f"  cd {shlex.quote(Path(args.stage).name)} && {job['command']}\n"
+              f"then bring result.json back here and merge it:\n  {job['merge']}")
         return 0
     entry = devices.bench(args.run, args.target, args.targets, args.model, progress=not args.quiet,
                           result_file=args.result)

@@ -290,14 +290,21 @@ def check_result(name: str, result: dict, spec: dict) -> dict:
     """Refuse what no device measures (NaN, a negative or text latency, accuracy 7) and a result for another model
     than the one sent (an old result left on the device)."""
     sent = {"model": Path(spec["_model"]).name, "format": spec["_format"]}
+    by_hand = spec.get("_by_hand")  # --result: a job staged with --stage and run by a person
     for key, value in sent.items():
         if result.get(key) is not None and result[key] != value:
-            raise EdgekitError(f"target {name}: the result is for {key} {result[key]!r}, not the {value!r} sent; "
-                               f"an old result was left on the device: nothing merged, run again")
+            raise EdgekitError(f"target {name}: the result is for {key} {result[key]!r}, not the {value!r} "
+                               + ("chosen here; give --result the same --model the job was staged with (job.json's "
+                                  "merge line)" if by_hand else "sent; an old result was left on the device: nothing "
+                                  "merged, run again"))
+    if by_hand and not result.get("model_sha256"):  # every runner --stage ships records it
+        raise EdgekitError(f"target {name}: the result has no model_sha256, so which file it measured is unknown (a "
+                           f"device_bench older than the one --stage ships); nothing merged, run the staged job")
     if spec.get("_sha") and result.get("model_sha256") not in (None, spec["_sha"]):
         raise EdgekitError(f"target {name}: the result is for another {sent['model']} than the run holds (SHA-256 "
                            f"{str(result['model_sha256'])[:12]}..., the run's {spec['_sha'][:12]}...): a file from "
-                           f"another run or an older export; nothing merged, bench the run's file")
+                           f"another run or an older export; nothing merged, "
+                           + ("stage the job again and run it" if by_hand else "bench the run's file"))
     latency = result.get("latency_ms")
     if not isinstance(latency, dict) or any(q not in latency for q in ("p50", "p90", "p99")):
         raise EdgekitError(f"target {name}: the result's latency_ms is {latency!r}, not p50, p90 and p99 in ms; "
@@ -681,7 +688,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
                          f"the job and the command to run on the device; then --result FILE merges its result.json")
     if result_file is not None:
         meta = json.loads((path.parent / "model.json").read_text())  # model_file checked it is there
-        spec.update(_model=f"model/{path.name}", _format=meta.get("format"), _sha=sha)
+        spec.update(_model=f"model/{path.name}", _format=meta.get("format"), _sha=sha, _by_hand=True)
         text = _read_text(Path(result_file), "--result")
         try:
             json.loads(text)
@@ -719,34 +726,51 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
     return entry
 
 
-def stage(run, target: str, into, targets_file=None, model: str = None) -> str:
-    """Write the job for `target` into the new folder `into` (for a device edgekit cannot reach: copy it there and
-    run the command returned), with job.json saying what it holds."""
+def stage(run, target: str, into, targets_file=None, model: str = None) -> dict:
+    """Write the job for `target` into the new folder `into`, for a device edgekit cannot reach, with job.json saying
+    what it holds; returns job.json: `command` runs it there, `merge` brings its result.json back."""
     manifest, run = gate.load_manifest(Path(run))
     spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
     path = model_file(run, manifest, model or spec.get("model"))
     into = Path(into)
+    if into.name in ("", ".", ".."):
+        raise UsageError(f"--stage {into}: give the name of a new folder for the job (job, phone-job)")
     if into.exists() and (not into.is_dir() or any(into.iterdir())):
         raise UsageError(f"--stage {into} exists and is not an empty folder; give a new folder for the job")
     if not into.absolute().parent.is_dir():
-        raise UsageError(f"--stage {into}: folder {into.absolute().parent} does not exist; create it first")
+        raise UsageError(f"--stage {into}: {into.absolute().parent} is not a folder; give a path in a folder that "
+                         f"exists")
+    try:  # a compress replacing the model while it is copied: wait for it (a read-only copy of a run needs none)
+        held = pipeline.lock(run, wait_s=MERGE_WAIT_S, busy="stage the job when it has finished")
+    except OSError:
+        held = None
     tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.absolute().parent))
     try:
         staged = stage_job(run, manifest, path, tmp, spec.get("sentences", 0))
-        command = "python3 -m device_bench " + shlex.join(runner_args({**spec, "_model": staged["model"]}, "."))
         runtime = "tflite" if staged["format"] == "tflite" else "onnx"
-        write_json(tmp / "job.json", {
-            "run": str(run), "target": target, "model": in_run(path, run), "model_sha256": assets.sha256_file(path),
-            "examples": staged["examples"],
-            "command": command, "needs": f"Python 3.9+ with numpy, tokenizers and {RUNTIME[runtime]} (Python 3.11+: "
-            f"pip install -r device_bench/device_bench/requirements-{runtime}.txt)"})
+        merge_args = ["edgekit", "bench", str(run.resolve()), "--target", target] + \
+            (["--targets", str(Path(targets_file).resolve())] if targets_file else []) + \
+            (["--model", in_run(path, run)] if model else []) + ["--result", "result.json"]
+        job = {"run": str(run.resolve()), "target": target, "model": in_run(path, run),
+               "model_sha256": assets.sha256_file(tmp / staged["model"]), "examples": staged["examples"],
+               "command": "python3 -m device_bench " + shlex.join(runner_args({**spec, "_model": staged["model"]}, ".")),
+               "merge": shlex.join(merge_args),
+               "needs": f"Python 3.9+ with numpy, tokenizers and {RUNTIME[runtime]} (Python 3.11+: pip install -r "
+                        f"device_bench/requirements-{runtime}.txt)"}
+        write_json(tmp / "job.json", job)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 kept others (and a copy through a shared folder) out
         if into.is_dir():
             into.rmdir()
         os.replace(tmp, into)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return command
+    finally:
+        if held:
+            held.close()
+    return job
 
 
 RUNTIME = {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}

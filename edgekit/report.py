@@ -262,7 +262,7 @@ def build(run_dirs: list, out: Path) -> Path:
                 continue
             ran = f" ran `{result['model']}`" if result.get("model") else ""
             md += ["", f"Target `{target}`{' (emulated)' if result.get('emulated') else ''}{ran}: "
-                   + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                   + ", ".join(f"{k} {round(v, 4) if isinstance(v, float) else v}"
                                for k, v in result.get("metrics", {}).items())]
         pruned = next((s["metrics"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
         if pruned:

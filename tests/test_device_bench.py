@@ -176,6 +176,17 @@ def test_a_result_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
+def test_ctrl_c_while_the_result_is_written_leaves_no_temp_file(tmp_path, monkeypatch):
+    runner = devices.runner_module()
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.write_result(tmp_path / "result.json", {"complete": True})
+    assert list(tmp_path.iterdir()) == []  # .result.json.PID.tmp stayed
+
+
 def test_runner_command_line(exported, alone):
     done = subprocess.run([sys.executable, "-m", "device_bench", str(alone / "nothing.onnx")], capture_output=True,
                           text=True, cwd=alone)

@@ -170,12 +170,22 @@ def test_a_manual_target_is_staged_run_by_hand_and_merged(run, tmp_path, capsys)
     told = json.loads((job / "job.json").read_text())
     model = run / told["model"]
     assert told["model_sha256"] == devices.assets.sha256_file(model) and told["examples"] == 25
-    assert "--runs 3 --warmup 1" in told["command"] and told["command"] in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "--runs 3 --warmup 1" in told["command"] and told["command"] in printed and told["merge"] in printed
     assert sorted(p.name for p in job.iterdir()) == ["device_bench", "job.json", "model", "test.csv"]
+    assert (job / told["needs"].split("-r ")[1].rstrip(")")).is_file()  # the requirements it names are in the job
+    assert (job.stat().st_mode & 0o077) == (0o777 & ~current_umask() & 0o077)  # not mkdtemp's 0700
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".job")]  # the temp folder became the job
     done = subprocess.run([sys.executable, *shlex.split(told["command"])[1:]], cwd=job, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert cli.main(base + ["--result", str(job / "result.json")]) == 3  # merged, and over the target's budget
+    merge = shlex.split(told["merge"])  # as printed: the targets file it was staged with, the result
+    assert merge[:2] == ["edgekit", "bench"] and merge[merge.index("--targets") + 1] == str(file.resolve())
+    here = Path.cwd()
+    try:
+        os.chdir(job)
+        assert cli.main(merge[1:] + ["--quiet"]) == 3  # merged, and over the target's budget
+    finally:
+        os.chdir(here)
     entry = manifest(run)["devices"]["phone"]
     assert entry["kind"] == "manual" and entry["complete"] and entry["model"] == told["model"]
     assert entry["metrics"]["accuracy_retained"] is not None and len(entry["predictions"]) == 25
@@ -187,11 +197,48 @@ def test_a_manual_target_is_staged_run_by_hand_and_merged(run, tmp_path, capsys)
     assert cli.main(base + ["--result", str(tmp_path / "other.json")]) == 1
     assert "the result is for another model.onnx than the run holds" in capsys.readouterr().err
     assert manifest(run)["devices"]["phone"] == entry
+    other.pop("model_sha256")  # an older runner's: which bytes it measured is unknown
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert cli.main(base + ["--result", str(tmp_path / "other.json")]) == 1
+    assert "the result has no model_sha256" in capsys.readouterr().err
     (tmp_path / "cut.json").write_text(json.dumps(other)[:40])
     assert cli.main(base + ["--result", str(tmp_path / "cut.json")]) == 2
     assert "cut.json is not JSON" in capsys.readouterr().err
     assert cli.main(base + ["--stage", str(job)]) == 2  # a job is never written over
     assert "exists and is not an empty folder" in capsys.readouterr().err
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_job_staged_with_another_model_is_merged_with_the_same_model(run, tmp_path, capsys):
+    import shlex
+
+    job = tmp_path / "job"
+    assert cli.main(["bench", str(run), "--target", "manual", "--model", "01-export/model.onnx", "--stage", str(job)]) == 0
+    told = json.loads((job / "job.json").read_text())
+    assert shlex.split(told["merge"])[-4:] == ["--model", "01-export/model.onnx", "--result", "result.json"]
+    result = {"model": "model.tflite", "format": "tflite", "model_sha256": told["model_sha256"], "complete": True,
+              "latency_ms": {"p50": 1.0, "p90": 1.0, "p99": 1.0}}
+    (job / "result.json").write_text(json.dumps(result))  # a result for another file than --model chooses
+    assert cli.main(["bench", str(run), "--target", "manual", "--result", str(job / "result.json")]) == 1
+    assert "give --result the same --model the job was staged with" in capsys.readouterr().err
+    for bad, said in (("", "give the name of a new folder"), (str(run / "manifest.json" / "job"), "is not a folder")):
+        assert cli.main(["bench", str(run), "--target", "manual", "--stage", bad or "."]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_a_stage_waits_for_a_compress_writing_the_run(run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(devices, "MERGE_WAIT_S", 0)
+    held = pipeline.lock(run)  # a compress replacing the model while it would be copied
+    try:
+        assert cli.main(["bench", str(run), "--target", "manual", "--stage", str(tmp_path / "job")]) == 1
+    finally:
+        held.close()
+    assert "is writing to" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 
 
 def test_a_stage_that_fails_leaves_no_folder(run, tmp_path, monkeypatch):

@@ -535,10 +535,12 @@ def write_result(path: Path, result: dict) -> None:
     try:
         tmp.write_text(json.dumps(result, indent=2))
         os.replace(tmp, path)
-    except OSError as e:  # a full disk, a folder that went away: one line, and no half-written file left
+    except BaseException as e:  # a full disk, a folder that went away, Ctrl-C: no half-written file left
         with contextlib.suppress(OSError):  # a read-only folder refuses the unlink too
             tmp.unlink(missing_ok=True)
-        raise BenchError(f"cannot write {path} ({e.strerror}); free space or give another --out, then run again")
+        if isinstance(e, OSError):
+            raise BenchError(f"cannot write {path} ({e.strerror}); free space or give another --out, then run again")
+        raise
 
 
 class Parser(argparse.ArgumentParser):
@@ -597,8 +599,8 @@ def main(argv=None) -> int:
         print(f"device_bench: error: {e}", file=sys.stderr)
         return 1
     except MemoryError:
-        print(f"device_bench: error: out of memory at --batch {args.batch} (this device has less free memory than "
-              f"the run needs); give a smaller --batch or --seq-len", file=sys.stderr)
+        print(f"device_bench: error: out of memory (loading the model or data, or the batch of {args.batch}); free "
+              f"memory on the device, or give a smaller --batch or --seq-len", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("device_bench: interrupted; no result written (any earlier --out file is as it was); run again",
