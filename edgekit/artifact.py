@@ -120,18 +120,24 @@ def through_temp(path: Path, tmp: Path = None):
     when it does not (a full disk, Ctrl-C, SIGTERM): a reader sees the old file or the new one, never half, and no
     temp file stays behind. A folder replacing another is two steps (the old one goes first): a stop between them
     leaves none, which the writers here (prune steps, stages from the shared cache) redo. `tmp`: its name (by
-    default a hidden one beside `path`)."""
+    default a hidden one beside `path`); one a killed writer left is removed first."""
     tmp = tmp or path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    remove(tmp)
     try:
         yield tmp
         if tmp.is_dir() and path.is_dir():  # a folder cannot be renamed onto a full one
             shutil.rmtree(path)
         os.replace(tmp, path)
     finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+        remove(tmp)
+
+
+def remove(path: Path) -> None:
+    """Delete a file or a folder, if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_json(path: Path, obj) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import edgekit
 from edgekit import assets, data, errors, families, gate, recipe as recipes, stages
-from edgekit.artifact import Artifact, through_temp, weights_mb, write_json
+from edgekit.artifact import Artifact, remove, through_temp, weights_mb, write_json
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
@@ -506,7 +506,7 @@ def run_stage(name: str, artifact: Artifact, stage_dir: Path, key: str, ctx: Con
         training.ALONE = False
     shutil.rmtree(partial / "checkpoint", ignore_errors=True)  # the finished model is saved; optimizer state is not needed
     for left in sorted(partial.rglob("*.tmp")):  # a stopped writer's (the resume took another path) is not kept in
-        shutil.rmtree(left, ignore_errors=True) if left.is_dir() else left.unlink(missing_ok=True)  # the stage
+        remove(left)  # the stage
     (partial / ".key").unlink()
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
@@ -645,7 +645,6 @@ def from_shared(shared: Path, key: str, stage_dir: Path):
             return None
         files[str(Path(stage_dir.name) / Path(rel).relative_to(old_dir))] = sha
     with through_temp(stage_dir, stage_dir.with_name(stage_dir.name + f".{os.getpid()}.tmp")) as tmp:
-        shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(source / "stage", tmp, copy_function=os.link)
 
     entry["files"] = files

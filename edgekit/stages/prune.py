@@ -105,8 +105,7 @@ def save(model, tokenizer, path: Path, max_length: int) -> None:
     temporary folder renamed when complete: a resumed run trusts any step folder with a config.json."""
     rank, world = training.distributed()
     if rank == 0:
-        with through_temp(path, path.with_name(path.name + ".tmp")) as tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with through_temp(path, path.with_name(path.name + ".tmp")) as tmp:  # a killed save's left is cleared
             families.save_model(model, tokenizer, tmp, max_length)
     if world > 1:
         torch.distributed.barrier()
