@@ -675,12 +675,18 @@ def metrics_of(result: dict, manifest: dict) -> dict:
     return {k: v for k, v in metrics.items() if v is not None}
 
 
+def chosen(run, target: str, targets_file=None, model: str = None) -> tuple:
+    """(manifest, run folder, target settings, model file) for benching `target`: the same file whether the job is
+    run here, staged by hand or merged back."""
+    manifest, run = gate.load_manifest(Path(run))
+    spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
+    return manifest, run, spec, model_file(run, manifest, model or spec.get("model"))
+
+
 def bench(run, target: str, targets_file=None, model: str = None, progress: bool = True, result_file=None) -> dict:
     """Run `target` on the run's model (or read the result.json a manual run wrote: `result_file`); merge the entry
     into manifest.json under devices.<target>; return it."""
-    manifest, run = gate.load_manifest(Path(run))
-    spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
-    path = model_file(run, manifest, model or spec.get("model"))
+    manifest, run, spec, path = chosen(run, target, targets_file, model)
     sha = assets.sha256_file(path)  # what is measured: merge checks the run still holds it
     where = in_run(path, run)
     if spec["kind"] == "manual" and result_file is None:
@@ -729,9 +735,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
 def stage(run, target: str, into, targets_file=None, model: str = None) -> dict:
     """Write the job for `target` into the new folder `into`, for a device edgekit cannot reach, with job.json saying
     what it holds; returns job.json: `command` runs it there, `merge` brings its result.json back."""
-    manifest, run = gate.load_manifest(Path(run))
-    spec = resolve_target(target, load_targets(manifest["recipe"], targets_file))
-    path = model_file(run, manifest, model or spec.get("model"))
+    manifest, run, spec, path = chosen(run, target, targets_file, model)
     into = Path(into)
     if into.name in ("", ".", ".."):
         raise UsageError(f"--stage {into}: give the name of a new folder for the job (job, phone-job)")
