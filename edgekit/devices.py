@@ -381,7 +381,7 @@ def run_ssh(name: str, spec: dict, job: Path) -> dict:
             raise EdgekitError(f"target {name}: venv: true installs the runner's pinned packages, which need Python "
                                f"{'.'.join(map(str, VENV_PYTHON))} or newer; {python} on {spec['host']} is "
                                f"{found[:20]}: set python: to a newer one there, or install numpy, tokenizers and "
-                               f"{RUNTIME['tflite' if spec['_format'] == 'tflite' else 'onnx']} there by hand and "
+                               f"{runner_module().RUNTIME_PACKAGE[spec['_format']]} there by hand and "
                                f"leave venv out")
     send = call(ssh_command(spec, f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)} && "
                                   f"tar -C {shlex.quote(workdir)} -xf -"), name, "copy the job", timeout,
@@ -751,7 +751,7 @@ def stage(run, target: str, into, targets_file=None, model: str = None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.", dir=into.absolute().parent))
     try:
         staged = stage_job(run, manifest, path, tmp, spec.get("sentences", 0))
-        runtime = "tflite" if staged["format"] == "tflite" else "onnx"
+        runtime = staged["format"]  # onnx or tflite: model_file takes no other
         merge_args = ["edgekit", "bench", str(run.resolve()), "--target", target] + \
             (["--targets", str(Path(targets_file).resolve())] if targets_file else []) + \
             (["--model", in_run(path, run)] if model else []) + ["--result", "result.json"]
@@ -759,8 +759,8 @@ def stage(run, target: str, into, targets_file=None, model: str = None) -> dict:
                "model_sha256": assets.sha256_file(tmp / staged["model"]), "examples": staged["examples"],
                "command": "python3 -m device_bench " + shlex.join(runner_args({**spec, "_model": staged["model"]}, ".")),
                "merge": shlex.join(merge_args),
-               "needs": f"Python 3.9+ with numpy, tokenizers and {RUNTIME[runtime]} (Python 3.11+: pip install -r "
-                        f"device_bench/requirements-{runtime}.txt)"}
+               "needs": f"Python 3.9+ with numpy, tokenizers and {runner_module().RUNTIME_PACKAGE[runtime]} (Python "
+                        f"3.11+: pip install -r device_bench/requirements-{runtime}.txt)"}
         write_json(tmp / "job.json", job)
         umask = os.umask(0)
         os.umask(umask)
@@ -775,9 +775,6 @@ def stage(run, target: str, into, targets_file=None, model: str = None) -> dict:
         if held:
             held.close()
     return job
-
-
-RUNTIME = {"onnx": "onnxruntime", "tflite": "ai-edge-litert"}
 
 
 def in_run(path: Path, run: Path) -> str:
