@@ -135,7 +135,7 @@ def os_problem(e: OSError, command: str = "compress") -> str:
         return f"cannot write{where}: {e.strerror}; free space, then run the same command again{kept}"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         other = {"bench": "; edgekit bench writes its results into the run folder: bench a copy you can write",
-                 "gate": "; give --junit a path you can write"}.get(command, " (--out)" if command in OUTS else "")
+                 "gate": "; give --junit and --json paths you can write"}.get(command, " (--out)" if command in OUTS else "")
         return f"not allowed to write or read{where} ({e.strerror}); fix its permissions or choose another folder{other}"
     if e.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
         return f"{where.strip()} is in the way ({e.strerror}); give a path where a file or folder stands for itself"
@@ -224,6 +224,8 @@ def build_parser():
     g.add_argument("--target", help="check the results of this device target (edgekit bench), against the run's "
                                     "budgets and the target's own")
     g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    g.add_argument("--json", metavar="FILE", help="also write the verdict as JSON (- : to standard output, in place "
+                                                  "of the table)")
     g.set_defaults(func=cmd_gate)
 
     rp = sub.add_parser("report", help="report.md, report.html and plots from one or more finished runs")
@@ -373,10 +375,15 @@ def summary(manifest: dict) -> str:
 def cmd_gate(args) -> int:
     from edgekit import gate
 
-    if args.junit and Path(args.junit).is_dir():
-        raise UsageError(f"--junit {args.junit} is a folder; give the path of the XML file to write")
-    if args.junit and not Path(args.junit).resolve().parent.is_dir():
-        raise UsageError(f"--junit {args.junit}: its folder does not exist; create it or give another path")
+    for flag, file, kind in (("--junit", args.junit, "XML"), ("--json", args.json, "JSON")):
+        if file and file != "-" and Path(file).is_dir():
+            raise UsageError(f"{flag} {file} is a folder; give the path of the {kind} file to write")
+        if file and file != "-" and not Path(file).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {file}: its folder does not exist; create it or give another path")
+    if args.junit == "-":
+        raise UsageError("--junit - is not allowed: the JUnit report goes to a file; give its path (--json - prints)")
+    if args.junit and args.json and Path(args.junit).resolve() == Path(args.json).resolve():
+        raise UsageError(f"--junit and --json both name {args.json}; give each its own file")
     try:  # a budget that does not parse is said in the CI reports too: an earlier passing gate.xml must not stay
         budgets = [gate.parse_budget(b) for b in args.budget]
         for value, metric, op, flag in ((args.max_size_mb, "size_mb", "<=", "--max-size-mb"),
@@ -387,10 +394,11 @@ def cmd_gate(args) -> int:
                 budgets.append((metric, op, gate.number_of(flag, value)))
         rows = gate.check(args.path, list(dict.fromkeys(budgets)), args.target)  # a budget given twice: one row
     except EdgekitError as e:  # CI dashboards show why nothing was checked, not a missing file
-        gate.write_reports([], str(args.path), args.junit, error=str(e))
+        gate.write_reports([], str(args.path), args.junit, error=str(e), json_file=args.json)
         raise
-    print("\n".join(gate.lines(rows)))
-    gate.write_reports(rows, str(args.path), args.junit)
+    if args.json != "-":
+        print("\n".join(gate.lines(rows)))
+    gate.write_reports(rows, str(args.path), args.junit, json_file=args.json)
     return 0 if all(r["ok"] for r in rows) else OVER_BUDGET
 
 

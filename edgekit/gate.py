@@ -6,6 +6,7 @@ measure is a failed row ("not measured on NAME"), never the build machine's numb
 is from (on NAME, build machine, file). Imports nothing heavy (no torch): it reads files.
 """
 import json
+import math
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ from edgekit import artifact, assets, recipe as recipes
 from edgekit.errors import EdgekitError, UsageError
 
 SCHEMA = 1
+VERDICT_SCHEMA = 1  # of --json's output: raised when a key changes meaning or goes
 DEVICE_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "peak_rss_mb")  # only the device can tell
 
 
@@ -293,8 +295,23 @@ def attribute(text: str) -> str:
     return quoteattr(printable(text))
 
 
-def write_reports(rows: list, title: str, junit_file: str = None, error: str = None) -> None:
-    """The GitHub step summary (when GITHUB_STEP_SUMMARY is set) and a JUnit file; `error`: why nothing was checked."""
+def as_json(rows: list, title: str, error: str = None) -> str:
+    """The verdict for a program to read: `ok` (false when anything is over, unmeasured or could not be checked),
+    `error` (why nothing was checked, else null) and one entry per budget; `bound` is the budget's number, `source`
+    where the actual one is from (with --target), a number that is not finite is null."""
+    def finite(v):
+        return v if not isinstance(v, float) or math.isfinite(v) else None
+
+    budgets = [{"metric": r["metric"], "op": r["op"], "bound": finite(r["target"]), "actual": finite(r["actual"]),
+                "ok": r["ok"], **{k: r[k] for k in ("artifact", "source", "note", "error") if r.get(k) is not None},
+                **({"interval": [finite(v) for v in r["interval"]]} if r.get("interval") else {})} for r in rows]
+    return json.dumps({"schema": VERDICT_SCHEMA, "checked": title, "ok": not error and all(r["ok"] for r in rows),
+                       "error": error, "budgets": budgets}, indent=1) + "\n"
+
+
+def write_reports(rows: list, title: str, junit_file: str = None, error: str = None, json_file: str = None) -> None:
+    """The GitHub step summary (when GITHUB_STEP_SUMMARY is set), a JUnit file and a JSON one (`-`: standard output);
+    `error`: why nothing was checked."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     title, error = printable(title), error and printable(error)
     if summary:
@@ -306,3 +323,7 @@ def write_reports(rows: list, title: str, junit_file: str = None, error: str = N
             print(f"edgekit: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({e.strerror})", file=sys.stderr)
     if junit_file:
         artifact.write_text(Path(junit_file), junit(rows, title, error))
+    if json_file == "-":
+        sys.stdout.write(as_json(rows, title, error))
+    elif json_file:
+        artifact.write_text(Path(json_file), as_json(rows, title, error))

@@ -443,3 +443,38 @@ def test_external_data_of_tensors_inside_if_branches_is_counted(tmp_path):
     assert artifact.weights_mb(tmp_path / "model.onnx") == sum(p.stat().st_size for p in tmp_path.iterdir()) / 1e6
     runner = devices.runner_module()  # the device's own reader of the protobuf, without the onnx package
     assert [p.name for p in runner.weight_files(tmp_path / "model.onnx")] == ["model.onnx", "w.data"]
+
+
+def test_json_verdict_to_a_file_and_to_stdout_and_when_nothing_could_be_checked(finished, tmp_path, capsys):
+    report = tmp_path / "gate.json"
+    code = cli.main(["gate", str(finished), "--max-size-mb", "100", "--min-accuracy-retained", "1.5",
+                     "--json", str(report)])
+    verdict = json.loads(report.read_text())
+    assert code == 3 and verdict["ok"] is False and verdict["error"] is None and verdict["checked"] == str(finished)
+    size, kept = verdict["budgets"]
+    assert (size["metric"], size["op"], size["bound"], size["ok"]) == ("size_mb", "<=", 100, True)
+    assert size["actual"] == gate.check(finished, [("size_mb", "<=", 100.0)])[0]["actual"] > 0
+    assert (kept["metric"], kept["op"], kept["bound"], kept["ok"]) == ("accuracy_retained", ">=", 1.5, False)
+    assert len(kept["interval"]) == 2 and kept["interval"][0] <= kept["actual"] <= kept["interval"][1]
+    assert len(capsys.readouterr().out.splitlines()) == 2  # a file: the table still prints
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100", "--json", "-"]) == 0
+    printed = json.loads(capsys.readouterr().out)  # in place of the table: stdout is the JSON alone
+    assert printed["ok"] is True and [b["metric"] for b in printed["budgets"]] == ["size_mb"]
+    assert cli.main(["gate", str(finished), "--budget", "size<=1", "--json", str(report)]) == 2
+    verdict = json.loads(report.read_text())  # the earlier verdict is replaced, never left to pass
+    assert verdict["ok"] is False and verdict["budgets"] == [] and "names unknown metric 'size'" in verdict["error"]
+    for bad, said in ((["--json", str(tmp_path)], "is a folder"), (["--json", str(tmp_path / "no" / "g.json")],
+                                                                  "its folder does not exist"),
+                      (["--junit", "-"], "--junit - is not allowed"),
+                      (["--junit", str(report), "--json", str(report)], "give each its own file")):
+        assert cli.main(["gate", str(finished), "--max-size-mb", "100", *bad]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_json_verdict_holds_no_nan_and_names_each_artifact():
+    rows = [dict(metric="size_mb", op="<=", target=1.0, actual=float("nan"), ok=False, artifact="x86-onnx"),
+            dict(metric="latency_ms_p90", op="<=", target=2.0, actual=None, ok=False, error="not measured on pi4")]
+    verdict = json.loads(gate.as_json(rows, "r"))  # strict JSON: NaN is not JSON
+    assert verdict["budgets"][0]["actual"] is None and verdict["budgets"][0]["artifact"] == "x86-onnx"
+    assert verdict["budgets"][1]["error"] == "not measured on pi4" and verdict["ok"] is False
+    assert json.loads(gate.as_json([], "r", error="e"))["ok"] is False  # nothing checked never reads as a pass
