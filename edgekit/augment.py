@@ -40,10 +40,11 @@ def augment(model_dir: Path, tokenizer, examples: list, copies: int, p: float, k
              for text, _ in examples]
     neighbours = {} if mlm else embedding_neighbours(model_dir, tokenizer, {w for ws in words for _, w, _ in ws}, k,
                                                      marker)
-    from tqdm import tqdm
+    from edgekit.progress import bar as progress_bar
 
     out = []
-    for (text, label), ws in tqdm(list(zip(examples, words)), desc="augment", unit="sent", disable=not progress):
+    for (text, label), ws in progress_bar(list(zip(examples, words)), desc="augment", unit="sent",
+                                           disable=not progress):
         seen = {text}
         for _ in range(copies):
             chosen = [(i, w, span) for i, w, span in ws if rng.random() < p and (mlm or neighbours.get(w))]

@@ -37,8 +37,6 @@ def _stop(signum, frame):
 
 RESUMES = ("compress", "sweep")  # commands whose finished stages a second run reuses
 OUTS = ("compress", "sweep", "report", "compare")  # commands with an --out folder
-LOG_BAR_S = 30  # seconds between progress bar updates when stderr is not a terminal (the user's TQDM_MININTERVAL
-# overrides it, TQDM_MAXINTERVAL the monitor's)
 
 
 def main(argv=None) -> int:
@@ -47,11 +45,6 @@ def main(argv=None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    if argv is None and not _terminal():  # the edgekit command writing to a CI log, where each of a progress bar's
-        # redraws (10 a second) stays as a line: one in 30 s (or the user's TQDM_MININTERVAL) still shows rate and
-        # ETA; the maximum too, or tqdm's monitor redraws every 10-20 s. A caller of main(argv) keeps its environment
-        os.environ.setdefault("TQDM_MININTERVAL", str(LOG_BAR_S))
-        os.environ.setdefault("TQDM_MAXINTERVAL", os.environ["TQDM_MININTERVAL"])
     main_thread = threading.current_thread() is threading.main_thread()  # only there can signals be handled
     errors.STOP.update(at=None, signal=None)
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)  # one the parent ignored
@@ -89,14 +82,6 @@ def main(argv=None) -> int:
         if argv is None and main_thread:  # the `edgekit` command, about to exit: a signal during the interpreter's
             for s in (signal.SIGTERM, signal.SIGINT):  # shutdown (torch's exit hooks, 2-3 s) printed a traceback
                 signal.signal(s, signal.SIG_IGN)  # or made the exit code -15 or -2 after the message was said
-
-
-def _terminal() -> bool:
-    """Whether stderr is a terminal (not when it is closed: `2>&-`, or a wrapper closed it)."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, OSError, ValueError):
-        return False
 
 
 def _say(message: str) -> None:

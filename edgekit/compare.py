@@ -14,6 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edgekit import families
+from edgekit.progress import bar as progress_bar
 from edgekit.artifact import weights_mb, write_json, write_text
 from edgekit.errors import EdgekitError, UsageError
 
@@ -150,7 +151,7 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
         (out / name).unlink(missing_ok=True)
     try:
         rows = [measure(spec, out / "models", data, threads, seq_len)
-                for spec in tqdm(specs, desc="compare", unit="model", disable=not progress)]
+                for spec in progress_bar(specs, desc="compare", unit="model", disable=not progress)]
     finally:  # where each model's files were measured (and where earlier versions left them)
         shutil.rmtree(out / "models", ignore_errors=True)
     write(rows, out, seq_len, threads)

@@ -511,11 +511,11 @@ CHUNK_CHARS = 2_000_000  # text per tokenizer call: it holds every token of a te
 def encode(tokenizer, examples: list, max_length: int, progress: bool = False, desc: str = "tokenize") -> list:
     """Tokenize once: [(input_ids, label)]. In chunks, so memory follows the chunk, not the whole set (3,000 texts
     of 10k characters: 1.16 GB peak in one call, 0.38 GB in chunks); a bar when `progress` and the set is large."""
-    from tqdm import tqdm
+    from edgekit.progress import bar as progress_bar
 
     ids, start = [], 0
-    with tqdm(total=len(examples), desc=desc, unit="text", dynamic_ncols=True,
-              disable=not progress or sum(len(joined(t)) for t, _ in examples) < CHUNK_CHARS) as bar:
+    with progress_bar(total=len(examples), desc=desc, unit="text",
+                      disable=not progress or sum(len(joined(t)) for t, _ in examples) < CHUNK_CHARS) as bar:
         while start < len(examples):
             end, chars = start, 0
             while end < len(examples) and (end == start or chars + len(joined(examples[end][0])) <= CHUNK_CHARS):

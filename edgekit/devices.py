@@ -563,9 +563,9 @@ def qemu_root(spec: dict, progress: bool = True, name: str = "qemu-arm64") -> Pa
     tmp = root.with_name(root.name + f".{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    from tqdm import tqdm
+    from edgekit.progress import bar as progress_bar
 
-    steps = tqdm(total=4, desc="qemu-arm64 root", disable=not progress)
+    steps = progress_bar(total=4, desc="qemu-arm64 root", disable=not progress)
     try:
         run_step(["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase", "--include=python3", release,
                   str(tmp), mirror], "debootstrap (needs the Debian mirror)", name)

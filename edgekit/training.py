@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm import tqdm
 
 from edgekit import data, errors
 from edgekit.errors import EdgekitError
+from edgekit.progress import bar as progress_bar
 
 
 def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, batch_size: int, warmup: float,
@@ -57,7 +57,7 @@ def train(model, encoded, loss_fn, *, out_dir: Path, epochs: float, lr: float, b
         from torch.nn.parallel import DistributedDataParallel
 
         runner = DistributedDataParallel(model, find_unused_parameters=True)  # a phase may leave the head unused
-    bar = tqdm(total=total, initial=step, desc=desc, unit="step", disable=not progress or rank > 0, dynamic_ncols=True)
+    bar = progress_bar(total=total, initial=step, desc=desc, unit="step", disable=not progress or rank > 0)
     epoch = step // per_epoch
     while step < total:
         for i, batch in enumerate(data.batches(encoded, batch_size, pad_id, shuffle=True, seed=seed * 1000 + epoch)):

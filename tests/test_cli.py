@@ -1,3 +1,4 @@
+import io
 import os
 import subprocess
 import sys
@@ -497,24 +498,28 @@ def test_assets_list_shows_what_the_cache_takes_and_what_may_go(tmp_path, monkey
     assert "assets clean needs a NAME from: minilm-l6" in capsys.readouterr().err
 
 
-def test_progress_bars_in_a_ci_log_update_every_30_s_and_a_terminal_keeps_its_own(monkeypatch):
-    """tqdm reads TQDM_MININTERVAL when it is first imported: the edgekit command sets it before any stage does."""
+def test_progress_bars_in_a_log_are_whole_lines_every_30_s_and_a_terminal_keeps_its_own(monkeypatch, capsys):
+    """The library's bars as the command's (edgekit.compress from a script redrew once a step); no carriage-return
+    redraws in a log (a warning printed meanwhile landed on the bar's line), and the user's TQDM_* settings stay."""
+    from tqdm import tqdm
+
+    from edgekit import progress
     for name in ("TQDM_MININTERVAL", "TQDM_MAXINTERVAL"):
         monkeypatch.delenv(name, raising=False)
-    assert cli.main(["recipes"]) == 0  # in-process, as a library: every later subprocess inherited the 30 s
-    assert "TQDM_MININTERVAL" not in os.environ and "TQDM_MAXINTERVAL" not in os.environ
-    code = ("import sys; from edgekit import cli; sys.argv = ['edgekit', 'recipes']; rc = cli.main(); "
-            "from tqdm import tqdm; bar = tqdm(total=1, file=open('/dev/null', 'w')); "
-            "print(bar.maxinterval, bar.mininterval)")
-    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_MININTERVAL", "TQDM_MAXINTERVAL")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert done.stdout.split()[-2:] == ["30.0", "30.0"] and cli.LOG_BAR_S == 30, done.stderr  # a CI log: 0.1 s,
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # ~27k redraws in 45 min
-                          env=dict(env, TQDM_MININTERVAL="60"))
-    assert done.stdout.split()[-2:] == ["60.0", "60.0"]  # the user's own setting stays (the monitor redrew at 30)
-    terminal = code.replace("import sys;", "import sys; sys.stderr.isatty = lambda: True;")
-    done = subprocess.run([sys.executable, "-c", terminal], capture_output=True, text=True, env=env)
-    assert done.stdout.split()[-1] == "0.1", done.stderr  # a terminal redraws as before
+    bar = progress.bar(total=4, desc="distill")
+    assert (bar.mininterval, bar.maxinterval) == (30, 30) and progress.LOG_S == 30  # tqdm's own: 0.1 s, ~27k
+    bar.update(1)  # redraws in 45 minutes
+    tqdm.write("edgekit: warning: something", file=sys.stderr)
+    bar.update(3)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "edgekit: warning: something\n" in err.splitlines(keepends=True)
+    assert err.splitlines()[-1].startswith("distill: 100%") and all(line.strip() for line in err.splitlines())
+    monkeypatch.setenv("TQDM_MININTERVAL", "60")
+    assert (progress.bar(total=1).mininterval, progress.bar(total=1).maxinterval) == (60, 60)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.delenv("TQDM_MININTERVAL")
+    assert progress.bar(total=1, file=io.StringIO()).mininterval == 0.1  # a terminal redraws as before
 
 
 def test_the_stop_handler_raises_once_then_again_only_after_the_repeat_window():

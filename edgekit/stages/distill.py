@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from edgekit import data, distill_losses as losses, families, training
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
+from edgekit.progress import bar as progress_bar
 
 INTERMEDIATE = ("cosine", "embedding", "attention", "hidden", "pkd")
 TOKEN_LEVEL = ("cosine", "embedding", "attention", "hidden")
@@ -352,7 +353,6 @@ def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=()
     `hidden` (0 = embeddings, i + 1 = after layer i) and attention maps of layers `attention`, each cut to the
     example's real tokens: {"lengths", "logits", "hidden": {k: Packed of [len, width]}, "attention": {g: Packed of
     [heads, len, len]}}"""
-    from tqdm import tqdm
 
     lengths = [len(ids) for ids, _ in encoded]
     order = sorted(range(len(encoded)), key=lambda i: lengths[i])  # similar lengths: little padding
@@ -360,7 +360,8 @@ def teacher_outputs(teacher, encoded: list, pad_id: int, hidden=(), attention=()
            "hidden": {k: Packed(lengths) for k in hidden},
            "attention": {g: Packed(lengths, square=True) for g in attention}}
     sorted_set = [encoded[i] for i in order]
-    with torch.no_grad(), tqdm(total=len(encoded), desc="teacher outputs", unit="ex", disable=not progress) as bar:
+    with torch.no_grad(), progress_bar(total=len(encoded), desc="teacher outputs", unit="ex",
+                                       disable=not progress) as bar:
         for batch in data.batches(sorted_set, 128, pad_id):
             t = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         output_hidden_states=bool(hidden), output_attentions=bool(attention))

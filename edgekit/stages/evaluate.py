@@ -19,6 +19,7 @@ from tqdm import tqdm
 from edgekit import runtime
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
+from edgekit.progress import bar as progress_bar
 
 REVISION = 6  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
 # 3: accuracy_retained_interval; 4: per_class (each class's recall, the teacher's beside it), class_recall_retained
@@ -87,7 +88,7 @@ def predictions(model, examples: list, batch_size: int, progress: bool, desc: st
     order = sorted(range(len(examples)), key=lambda i: len(str(examples[i][0]))) if batch_size > 1 else \
         range(len(examples))
     said = [0] * len(examples)
-    with tqdm(total=len(examples), desc=desc, unit="ex", disable=not progress, dynamic_ncols=True) as bar:
+    with progress_bar(total=len(examples), desc=desc, unit="ex", disable=not progress) as bar:
         for s in range(0, len(examples), batch_size):
             chunk = order[s:s + batch_size]
             batch = model.encode([examples[i][0] for i in chunk])

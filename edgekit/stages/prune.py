@@ -22,6 +22,7 @@ from tqdm import tqdm
 from edgekit import data, families, training
 from edgekit.artifact import Artifact, through_temp
 from edgekit.errors import EdgekitError
+from edgekit.progress import bar as progress_bar
 from edgekit.stages.distill import eval_texts
 
 REVISION = 4  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs);
@@ -161,8 +162,8 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
     dims = torch.zeros(families.hidden_width(model.config))
     was_training = model.training
     model.eval()  # no dropout: importance of the model as it will run
-    bar = tqdm(total=min(batches, -(-len(encoded) // batch_size)), desc=desc, unit="batch", disable=not progress,
-               dynamic_ncols=True)  # a forward and backward pass each: minutes for a BERT-base teacher
+    bar = progress_bar(total=min(batches, -(-len(encoded) // batch_size)), desc=desc, unit="batch",
+                       disable=not progress)  # a forward and backward pass each: minutes for a BERT-base teacher
     try:
         for n, batch in enumerate(data.batches(encoded, batch_size, pad_id, shuffle=True, seed=17)):
             if n >= batches:

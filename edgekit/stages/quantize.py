@@ -41,6 +41,7 @@ from edgekit import native, runtime, targets, tflite_file
 from edgekit.artifact import Artifact, size_mb, through_temp, write_json
 from edgekit.gate import faithful
 from edgekit.errors import EdgekitError
+from edgekit.progress import bar as progress_bar
 from edgekit.stages.evaluate import correct
 from edgekit.stages.export import compare, tflite_outputs
 
@@ -457,7 +458,6 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
     """Order the quantizable nodes by how much quantizing each alone moves the logits, then keep the worst in
     float (1, 2, 4, ... of them) until the accuracy drop holds. Returns (drop, kept node names)."""
     import onnx
-    from tqdm import tqdm
 
     prepared = target.with_name("prepared.onnx.tmp")
     probe = target.with_name("probe.onnx")
@@ -470,7 +470,7 @@ def keep_sensitive_in_float(source: Path, target: Path, settings: dict, calib: l
         batch = reference.encode(sample)
         want = reference.logits(batch)
         errors = {}
-        for name in tqdm(nodes, desc="sensitivity", unit="node", disable=not ctx.progress):
+        for name in progress_bar(nodes, desc="sensitivity", unit="node", disable=not ctx.progress):
             int8(prepared, probe, settings, calib[:32], only=[name])
             errors[name] = float(np.abs(runtime.OnnxModel(probe).logits(batch) - want).mean())
         order = sorted(nodes, key=lambda n: -errors[n])
