@@ -86,6 +86,10 @@ def build(spec: str):
 def check(spec: str, seq_len: int) -> None:
     """What can be told of a spec before anything is measured: that it is there and whole, and takes seq_len."""
     config, _ = source(spec)
+    try:  # a GPT-2 config.json failed inside the ONNX export, with a traceback
+        families.family(config)
+    except EdgekitError as e:
+        raise EdgekitError(f"{spec}: {e}") from None
     if seq_len > families.max_tokens(config):
         raise UsageError(f"--seq-len {seq_len} is longer than {spec} takes ({families.max_tokens(config)} tokens); "
                          f"lower --seq-len")
@@ -97,7 +101,14 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
     from edgekit.stages import bench, export, quantize
 
-    model, source = build(spec)
+    try:
+        model, source = build(spec)
+    except EdgekitError:
+        raise
+    except Exception as e:  # transformers' own check of a config's shape (hidden 8 over 3 heads), with a traceback
+        reason = " ".join(str(e).split())[:200]
+        raise EdgekitError(f"{spec}: transformers cannot build this model ({type(e).__name__}: {reason}); fix its "
+                           f"config.json or give another model") from e
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)}
     names = families.label_names(model.config)
     if source is not None and data is not None:

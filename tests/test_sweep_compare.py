@@ -298,3 +298,21 @@ def test_a_local_sweep_shows_each_points_stages(model_dir, csv_file, tmp_path, c
     err = capsys.readouterr().err
     assert "sweep point 1/2: 00-seed=1" in err and "sweep point 2/2: 01-seed=2" in err
     assert err.count("[1/2] export") == 2 and err.count("[2/2] evaluate") == 2
+
+
+def test_compare_refuses_an_unsupported_family_first_and_a_config_transformers_cannot_build_in_one_line(
+        model_dir, tmp_path, capsys):
+    """Both ended in an 85-line traceback: a GPT-2 config.json inside the ONNX export, a BERT config of hidden size 8
+    over 3 heads inside transformers' model constructor."""
+    (tmp_path / "gpt2.json").write_text('{"model_type": "gpt2", "n_layer": 1}')
+    (tmp_path / "odd.json").write_text('{"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 8, '
+                                       '"num_attention_heads": 3}')
+    assert cli.main(["compare", str(model_dir), str(tmp_path / "gpt2.json"), "--out", str(tmp_path / "c")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"edgekit: error: {tmp_path / 'gpt2.json'}: model type 'gpt2' is not supported")
+    assert err.count("\n") == 1 and not (tmp_path / "c").exists()  # before the first model was measured
+    assert cli.main(["compare", str(tmp_path / "odd.json"), "--out", str(tmp_path / "c"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"edgekit: error: {tmp_path / 'odd.json'}: transformers cannot build this model (ValueError: The "
+                   f"hidden size (8) is not a multiple of the number of attention heads (3)); fix its config.json or "
+                   f"give another model\n")
