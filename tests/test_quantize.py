@@ -117,7 +117,12 @@ def test_onnx_int8_keeps_the_most_sensitive_nodes_in_float_until_the_drop_holds(
 
     monkeypatch.setattr(quantize, "quantize_file", recording)
     monkeypatch.setattr(quantize, "correct", fake_correct)
+    ctx.progress = True
+    capsys.readouterr()
     out = quantize.run(fp32, tmp_path / "q", ctx, fuse=False, max_accuracy_drop=0.01, check_sentences=16)
+    assert "x86-onnx: dynamic INT8 lost 0.4000 of validation accuracy (quantize.max_accuracy_drop 0.01); kept dynamic " \
+        "INT8 with 2 sensitive node(s) in float, which loses 0.0000" in capsys.readouterr().err
+    ctx.progress = False
     q = out.metrics["quantization"]
     assert excluded[:3] == [[], excluded[1][:1], excluded[2][:2]] and len(excluded[2]) == 2  # 1, then 2 kept float
     assert q["first_drop"] == pytest.approx(0.4) and q["met"] and q["accuracy_drop"] == 0
@@ -160,8 +165,9 @@ def test_every_weight_node_can_be_kept_in_float_and_static_int8_quantizes_weight
 
 @pytest.mark.parametrize("full_integer_score, steps", [(0.85, ["static -> dynamic"]), (0.89, [])])
 def test_tflite_steps_down_to_a_milder_method_when_the_drop_is_too_large(tmp_path, model_dir, csv_file, monkeypatch,
-                                                                          full_integer_score, steps):
-    """A drop of exactly max_accuracy_drop (0.89 against 0.9 on 100) holds: the file stays full-integer."""
+                                                                          full_integer_score, steps, capsys):
+    """A drop of exactly max_accuracy_drop (0.89 against 0.9 on 100) holds: the file stays full-integer. The step
+    down is said (the log named static INT8 only, the mode tried first)."""
     pytest.importorskip("ai_edge_quantizer")
     ctx = context(model_dir, csv_file)
     fp32 = export.run(Artifact(model_dir, "hf"), tmp_path / "t", ctx, format="tflite", buckets=[32], check_sentences=8)
@@ -171,10 +177,15 @@ def test_tflite_steps_down_to_a_milder_method_when_the_drop_is_too_large(tmp_pat
         return testing.answers(full_integer_score if model.path != fp32.path and full_integer else 0.9)
 
     monkeypatch.setattr(quantize, "correct", fake_correct)
+    ctx.progress = True
+    capsys.readouterr()
     out = quantize.run(fp32, tmp_path / "q", ctx, mode="static", calibration_size=8, max_accuracy_drop=0.01,
                        check_sentences=8)
     q = out.metrics["quantization"]
     assert q["method_changes"] == steps and q["mode"] == ("dynamic" if steps else "static") and q["met"]
+    said = "x86-tflite: static INT8 lost 0.0500 of validation accuracy (quantize.max_accuracy_drop 0.01); kept " \
+           "dynamic INT8, which loses 0.0000"
+    assert (said in capsys.readouterr().err) == bool(steps)
 
 
 def test_static_calibration_fills_each_tflite_bucket_and_onnx_max_length(tmp_path, model_dir, csv_file, monkeypatch):
@@ -592,7 +603,8 @@ def test_export_and_quantize_say_what_they_work_on(model_dir, csv_file, tmp_path
                  progress=True)
     err = capsys.readouterr().err
     assert "  onnx for x86,arm64\n" in err and "  tflite (buckets 32) for x86,arm64\n" in err
-    assert "  x86-onnx: dynamic INT8\n" in err and "  arm64-onnx: dynamic INT8\n" not in err  # the same file:
+    assert "  x86-onnx: dynamic INT8\n" in err and "  arm64-onnx: dynamic INT8\n" not in err  # the same file,
+    assert "  arm64-onnx: the x86-onnx file (the same settings)\n" in err  # said (the log left arm64 out), and
     q = tmp_path / "run" / "02-quantize"  # made once and hard-linked (the activation type only static INT8 uses)
     assert (q / "x86-onnx" / "model.onnx").stat().st_ino == (q / "arm64-onnx" / "model.onnx").stat().st_ino
     assert "x86-onnx FP32 validation" in err and "x86-onnx dynamic validation" in err  # the accuracy checks' bars

@@ -104,6 +104,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, mode: str | dict = "dynamic",
             meta = json.loads((folder / "model.json").read_text())
             write_json(folder / "model.json", dict(meta, target=target))
             outputs[f"{target}-{fmt}"] = Artifact(folder / FILES[fmt], fmt, dict(same.metrics))
+            if ctx.progress:  # the log named the first target's file only
+                print(f"  {target}-{fmt}: the {next(n for n, a in outputs.items() if a is same)} file (the same "
+                      f"settings)", file=sys.stderr, flush=True)
             continue
         if ctx.progress:  # a file takes seconds (a BERT-base one, and max_accuracy_drop's checks, minutes)
             print(f"  {target}-{fmt}: {settings['mode']} INT8" if settings["mode"] != "fp16" else f"  {target}-{fmt}: fp16",
@@ -221,6 +224,13 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
             drop = drop_from(base, target_file, examples, ctx, f"{target}-{fmt} {mode} validation")
         report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
                       drop_measured_on=f"validation ({len(examples)} sentences)")
+        if drop <= max_drop and (report["method_changes"] or report["kept_float"]) and ctx.progress:
+            kept = f"{mode} INT8" if mode != "fp16" else "fp16"  # the line above named the mode tried first
+            if report["kept_float"]:
+                kept = f"{kept} with {len(report['kept_float'])} sensitive node(s) in float"
+            print(f"  {target}-{fmt}: {settings['mode']} INT8 lost {report['first_drop']:.4f} of validation accuracy "
+                  f"(quantize.max_accuracy_drop {max_drop:g}); kept {kept}, which loses {drop:.4f}", file=sys.stderr,
+                  flush=True)
         if drop > max_drop:  # said, not refused: the accuracy budget decides
             kept = f"with every quantizable node ({len(report['kept_float'])}) kept in float" if fmt == "onnx" else \
                 f"in {mode} mode, the mildest offered for {fmt}"
