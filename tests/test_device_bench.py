@@ -64,6 +64,7 @@ def test_runner_measures_and_predicts_like_edgekit(exported, alone, fmt):
     done = run_runner([str(exported[fmt]), "--data", str(exported["data"]), "--out", str(out), "--runs", "7",
                        "--warmup", "2", "--batch", "4"], cwd=alone)
     assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # was LiteRT's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on each run
     r = json.loads(out.read_text())
     assert r["complete"] is True and r["format"] == fmt.split("-")[0] and r["runs"] == 7
     assert r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"]
@@ -306,3 +307,17 @@ def test_an_export_folder_runs_its_model_and_tflite_says_which_bucket_ran(export
         (alone / "two" / name).write_bytes(b"x")
     done = run_runner([str(alone / "two"), "--out", str(out)], cwd=alone)
     assert done.returncode == 1 and "is a folder holding 2 model files (a.onnx, b.onnx); give the .onnx" in done.stderr
+
+
+def test_native_info_lines_are_dropped_and_anything_else_is_passed_on(capfd):
+    import os
+
+    runner = devices.runner_module()
+    with runner.native_info_dropped():
+        os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\nERROR: a real problem\n")
+        print("from python", file=sys.stderr)
+    with pytest.raises(RuntimeError), runner.native_info_dropped():  # what a failed invoke wrote stays readable
+        os.write(2, b"INFO: x\nwhy it failed\n")
+        raise RuntimeError
+    err = capfd.readouterr().err  # (pytest's sys.stderr is not fd 2: its line may come first)
+    assert sorted(err.splitlines()) == ["ERROR: a real problem", "from python", "why it failed"]

@@ -21,6 +21,7 @@ import os
 import platform
 import resource
 import sys
+import tempfile
 import time
 import unicodedata
 from pathlib import Path
@@ -177,6 +178,7 @@ class TFLiteRunner:
             raise BenchError(f"model.json lists inputs {self.names} but {path.name} takes {found[wanted[0]]['inputs']}: "
                              f"the sidecar does not match the model; copy the model.json exported with this file")
         self.pad_id = meta["pad_id"]
+        self.fresh = set(self.buckets)  # signatures not yet invoked
 
     def logits(self, ids, mask):
         rows = []
@@ -188,12 +190,42 @@ class TFLiteRunner:
             padded_mask = np.zeros((1, b), dtype=np.int32)
             padded[0, :n] = row_ids[:n]
             padded_mask[0, :n] = 1
-            out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
+            with native_info_dropped() if b in self.fresh else contextlib.nullcontext():
+                out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
+            self.fresh.discard(b)
             if out.dtype != np.float32:  # full-integer models return quantized logits: scale them back
                 scale, zero = next(iter(self.runners[b].get_output_details().values()))["quantization"]
                 out = (out.astype(np.float32) - zero) * scale
             rows.append(out)
         return np.stack(rows)
+
+
+@contextlib.contextmanager
+def native_info_dropped():
+    """LiteRT's INFO lines ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.", written to file descriptor 2
+    past Python on a signature's first invoke) are dropped; anything else written meanwhile is passed on after it."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # stderr closed: nothing to keep apart
+        yield
+        return
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            if sys.stderr is not None:
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            log.seek(0)
+            kept = [line for line in log.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith("INFO: ")]
+            if kept and sys.stderr is not None:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
 
 
 def package_version(name: str) -> str:
