@@ -218,7 +218,7 @@ def read_sidecar(model_file: Path) -> dict:
     try:
         meta = json.loads(sidecar.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise EdgekitError(f"{sidecar} is not valid JSON ({getattr(e, 'msg', e)}); re-export the model")
+        raise EdgekitError(f"{sidecar} is not valid JSON ({getattr(e, 'msg', e)}); re-export the model") from None
     schemas.validate(meta, schemas.MODEL_JSON, str(sidecar))
     if not (model_file.parent / meta["tokenizer"]).is_file():
         raise EdgekitError(f"{sidecar} names tokenizer {meta['tokenizer']}, which is not beside it; re-export the model")
@@ -232,7 +232,7 @@ def check_onnx(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:
-        raise EdgekitError(f"{path} is not a valid ONNX model ({str(e).splitlines()[0][:160]}); re-export it")
+        raise EdgekitError(f"{path} is not a valid ONNX model ({str(e).splitlines()[0][:160]}); re-export it") from None
 
 
 class SidecarTokenizer:
@@ -250,7 +250,7 @@ class SidecarTokenizer:
             self.tokenizer = Tokenizer.from_file(str(path.parent / self.meta["tokenizer"]))
         except Exception as e:  # the tokenizers library raises a bare Exception on a bad file
             raise EdgekitError(f"{path.parent / self.meta['tokenizer']} is not a tokenizer file ({str(e)[:120]}); "
-                               f"re-export the model")
+                               f"re-export the model") from None
         self.tokenizer.no_padding()
         self.side = (self.tokenizer.truncation or {}).get("direction", "right")  # left: a text's end is kept
 
@@ -350,7 +350,7 @@ def predict(model, texts, max_length=None) -> dict:
             "".join(t).encode("utf-8")
         except UnicodeEncodeError as e:  # a lone surrogate, from surrogateescape decoding or JSON: tokenizers raised
             raise EdgekitError(f"text {i} is not valid Unicode ({e.reason} at character {e.start}); decode the input "
-                               f"with errors='replace' or fix its encoding")
+                               f"with errors='replace' or fix its encoding") from None
     probs = np.concatenate([softmax(model.logits(model.encode(texts[s:s + CHUNK], max_length)))
                             for s in range(0, len(texts), CHUNK)])  # memory follows a chunk, not the whole list
     return {"labels": [model.labels[i] for i in probs.argmax(-1)], "probs": probs}
@@ -371,7 +371,8 @@ class TorchScriptModel(Reloads):
             try:
                 self.module = torch.jit.load(str(path), map_location="cpu").eval()
             except Exception as e:
-                raise EdgekitError(f"torch.jit cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
+                raise EdgekitError(f"torch.jit cannot load {path} ({str(e).splitlines()[0][:160]}); "
+                                   f"re-export it") from None
         self.per_sentence = dynamic_int8(self.meta)
 
     def logits(self, batch: dict) -> np.ndarray:
@@ -422,7 +423,7 @@ class OnnxModel(Reloads):
         except Exception as e:
             check_onnx(path)  # the checker's reason where it has one (importing onnx took 0.66 s of every load)
             raise EdgekitError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:160]}); the file is "
-                               f"damaged or not ONNX: re-export it")
+                               f"damaged or not ONNX: re-export it") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.per_sentence = dynamic_int8(self.meta)
 
@@ -460,7 +461,8 @@ class TFLiteModel(Reloads):
                                 for b in self.buckets}
                 self.logits({"input_ids": np.zeros((1, 1), np.int64), "attention_mask": np.ones((1, 1), np.int64)})
         except (ValueError, RuntimeError, KeyError) as e:
-            raise EdgekitError(f"the TFLite interpreter cannot load {path} ({str(e).splitlines()[0][:160]}); re-export it")
+            raise EdgekitError(f"the TFLite interpreter cannot load {path} ({str(e).splitlines()[0][:160]}); "
+                               f"re-export it") from None
 
     def bucket_for(self, length: int) -> int:
         return next((b for b in self.buckets if b >= length), self.buckets[-1])

@@ -82,8 +82,9 @@ def test_truncated_onnx_file_is_refused(exported, tmp_path):
     (bad / "model.onnx").write_bytes(exported.path.read_bytes()[:2000])
     (bad / "model.json").write_text(json.dumps(meta))
     (bad / "tokenizer.json").write_bytes((exported.path.parent / "tokenizer.json").read_bytes())
-    with pytest.raises(EdgekitError, match="is not a valid ONNX model"):
+    with pytest.raises(EdgekitError, match="is not a valid ONNX model") as raised:
         runtime.load(bad / "model.onnx")
+    assert raised.value.__suppress_context__  # the message says the cause: no second, chained traceback above it
 
 
 def test_unknown_path_names_what_loads(tmp_path):
@@ -288,8 +289,9 @@ def test_truncated_tflite_is_refused(tmp_path, model_dir, csv_file):
     with pytest.raises(EdgekitError, match="is not a tokenizer file"):
         runtime.load(folder / "model.tflite")
     (folder / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
-    with pytest.raises(EdgekitError, match="the TFLite interpreter cannot load"):
+    with pytest.raises(EdgekitError, match="the TFLite interpreter cannot load") as raised:
         runtime.load(folder / "model.tflite")
+    assert raised.value.__suppress_context__ and raised.value.__cause__ is None
 
 
 def test_bad_buckets_are_one_line(tmp_path, model_dir, csv_file):
