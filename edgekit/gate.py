@@ -257,8 +257,10 @@ def notes(row: dict) -> str:
 
 
 def lines(rows: list) -> list:
-    return [f"{label(r):22s} {number(r):>10} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}{notes(r)}"
-            for r in rows]
+    """One aligned line per row (a label like `x86-torchscript: accuracy_retained` shifted its row)."""
+    width = max([22, *(len(label(r)) for r in rows)])
+    return [f"{label(r):{width}s} {number(r):>10} {r['op']} {r['target']:<10g} {'ok' if r['ok'] else 'OVER'}"
+            f"{notes(r)}" for r in rows]
 
 
 def markdown(rows: list, title: str) -> str:

@@ -478,3 +478,10 @@ def test_json_verdict_holds_no_nan_and_names_each_artifact():
     assert verdict["budgets"][0]["actual"] is None and verdict["budgets"][0]["artifact"] == "x86-onnx"
     assert verdict["budgets"][1]["error"] == "not measured on pi4" and verdict["ok"] is False
     assert json.loads(gate.as_json([], "r", error="e"))["ok"] is False  # nothing checked never reads as a pass
+
+
+def test_gate_lines_align_whatever_the_artifact_names():
+    rows = [dict(metric=m, op="<=", target=1.0, actual=0.5, ok=True, artifact=a)
+            for a in ("x86-onnx", "x86-torchscript") for m in ("size_mb", "accuracy_retained")]
+    printed = gate.lines(rows)
+    assert len({line.index(" <= ") for line in printed}) == 1, printed  # the bounds line up in one column
