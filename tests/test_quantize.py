@@ -654,3 +654,20 @@ def test_a_torchscript_file_is_the_same_bytes_whatever_was_traced_before_in_the_
     def after(x: int) -> int:
         return before(x) * 2
     assert after(1) == 4
+
+
+def test_torchscript_export_warns_nothing_where_warnings_are_shown(model_dir, tmp_path):
+    """torch.jit.save's "`torch.jit.save` is deprecated" reached a host's log under PYTHONWARNINGS=default (or a
+    user's pytest calling edgekit.compress)."""
+    import warnings
+
+    import torch
+
+    from edgekit import families
+
+    model = families.load_model(model_dir)
+    ids = torch.randint(5, model.config.vocab_size, (1, 8))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        export.to_torchscript(model, (ids, torch.ones_like(ids)), tmp_path / "m.pt")
+    assert [str(w.message) for w in seen] == [] and (tmp_path / "m.pt").stat().st_size > 0

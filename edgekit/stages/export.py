@@ -461,11 +461,11 @@ def to_torchscript(model, sample: tuple, path: Path) -> None:
     process_unit = torch.jit._state._python_cu  # read by torch's compiler at each use: the trace gets its own, and
     torch.jit._state._python_cu = torch._C.CompilationUnit()  # what the process scripts before or after keeps its
     try:  # (left swapped, a class scripted before could not be used in a function scripted after)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # the trace's warnings, and save's "`torch.jit.save` is deprecated"
             warnings.simplefilter("ignore")
             traced = torch.jit.trace(_Logits(model).eval(), sample, check_trace=False)
-        buffer = io.BytesIO()  # serialized in memory, written from Python: torch's own file writer aborted the
-        torch.jit.save(traced, buffer)  # process on a full disk (exit 134, from C++), leaving a half-written file
+            buffer = io.BytesIO()  # serialized in memory, written from Python: torch's own file writer aborted the
+            torch.jit.save(traced, buffer)  # process on a full disk (exit 134, from C++), leaving a half-written file
     finally:
         torch.jit._state._python_cu = process_unit
     with through_temp(path, path.with_suffix(".pt.tmp")) as tmp:
