@@ -117,7 +117,9 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
         data = in_teacher_order(data, names)  # the same classes in the model's order
     task_model = source is not None and data is not None and names == data.labels
     if data is not None and not task_model:
-        why = "has random weights" if source is None else f"predicts {names}, the data's labels are {data.labels}"
+        why = "has random weights" if source is None else \
+            f"predicts {names}, the data's labels are {data.labels}; name them in its config.json's id2label as " \
+            f"the data does, if it was trained on these classes"
         tqdm.write(f"edgekit: warning: no accuracy for {spec}: it {why}", file=sys.stderr)
     if task_model:  # a model trained for these labels: its accuracy means something
         from edgekit import runtime

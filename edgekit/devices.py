@@ -132,7 +132,8 @@ def check_target(name: str, spec) -> list:
     if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
         return [f"target {name}: kind must be one of {', '.join(KINDS)}"]
     allowed = {**COMMON, **FIELDS[spec["kind"]]}
-    errors = [f"target {name}: unknown key '{k}'; accepted for {spec['kind']}: {', '.join(allowed)}"
+    errors = [f"target {name}: unknown key '{k}'{recipes.meant(k, allowed)}; accepted for {spec['kind']}: "
+              f"{', '.join(allowed)}"
               for k in spec if k not in allowed]
     for key, want in allowed.items():
         value = spec.get(key)

@@ -49,8 +49,9 @@ def weights_mb(path: Path) -> float:
     return artifact.weights_mb(path)
 
 
-def load_manifest(path: Path) -> tuple:
-    """(manifest, run folder) from a run folder or a manifest.json path."""
+def load_manifest(path: Path, other: str = "") -> tuple:
+    """(manifest, run folder) from a run folder or a manifest.json path; `other`: what else the command takes, said
+    with what a path that is no run should be."""
     manifest_path = path / "manifest.json" if path.is_dir() else path
     if path.is_file() and path.suffix != ".json":
         raise EdgekitError(f"{path} is a file, not a run: give the run folder edgekit compress wrote, or its "
@@ -66,7 +67,7 @@ def load_manifest(path: Path) -> tuple:
     version = manifest.get("schema") if isinstance(manifest, dict) else None
     if version is None:
         raise EdgekitError(f"{manifest_path} is not an edgekit run manifest (no schema); give a run folder or its "
-                           f"manifest.json, or a model file or folder for --max-size-mb")
+                           f"manifest.json{other}")
     if version != SCHEMA:
         raise EdgekitError(f"{manifest_path} has manifest schema {version!r}; this edgekit reads schema {SCHEMA}: "
                            f"upgrade edgekit or re-run the recipe")
@@ -117,7 +118,7 @@ def check(path, budgets: list, target: str = None) -> list:
                 row = recipes.budget_row("size_mb", op, bound, mb)
                 rows.append(dict(row, artifact=name) if name else row)
         return rows
-    manifest, run = load_manifest(path)
+    manifest, run = load_manifest(path, ", or a model file or folder for --max-size-mb")
     entries = [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]
     for entry in entries:
         outside_problem(run, entry["path"], manifest.get("model") or {})

@@ -222,9 +222,11 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         held = lock(out)
         if foreign := foreign_folders(out):
             held.close()
-            raise UsageError(f"--out {out} holds {', '.join(foreign)}, named like a stage but not made by an edgekit "
-                             f"run here (no manifest.json lists it); a run would replace it: move it away or choose "
-                             f"another --out")
+            why = "its manifest.json cannot be read, so nothing shows an edgekit run made it" if \
+                (out / "manifest.json").exists() and not listed_folders(out / "manifest.json") else \
+                "not made by an edgekit run here (no manifest.json lists it)"
+            raise UsageError(f"--out {out} holds {', '.join(foreign)}, named like a stage but {why}; a run would "
+                             f"replace it: move it away or choose another --out")
         if warn:
             tell_data(splits, progress, recipe)  # after the checks: a refused run says one line
             tell_length(splits, source, recipe["max_length"], progress)
@@ -523,7 +525,9 @@ def read_manifest(path: Path) -> dict:
         manifest = json.loads(path.read_text())
         schemas.validate(manifest, schemas.MANIFEST, str(path))
     except (json.JSONDecodeError, UnicodeDecodeError, EdgekitError) as e:
-        log(f"warning: {path} is unreadable or invalid ({str(e)[:120]}); every stage runs again", True)
+        reason = " ".join(str(e).split())
+        reason = reason if len(reason) <= 200 else reason[:200].rsplit(" ", 1)[0] + " ..."  # not cut mid-word
+        log(f"edgekit: warning: {path} is unreadable or invalid ({reason}); every stage runs again", True)
         return {}  # an untrusted manifest is never used to skip work
     return manifest
 

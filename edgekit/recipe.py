@@ -2,6 +2,7 @@
 accepted. Stage settings are checked by binding them to the stage's own `run` signature (names and types) and
 against what the values may be: COMMON below, then the stage module's own LIMITS (data.LIMITS for data)."""
 import copy
+import difflib
 import inspect
 import math
 import re
@@ -106,7 +107,8 @@ def apply_override(recipe: dict, item: str) -> None:
         value = raw
     parts = key.split(".")
     if parts[0] not in TOP_KEYS:
-        raise UsageError(f"override '{key}': unknown key '{parts[0]}'; accepted: {', '.join(TOP_KEYS)}")
+        raise UsageError(f"override '{key}': unknown key '{parts[0]}'{meant(parts[0], TOP_KEYS)}; accepted: "
+                         f"{', '.join(TOP_KEYS)}")
     if parts == ["data"]:
         parts = ["data", "source"]  # data=FILE is short for data.source=FILE
     if parts[0] == "data" and isinstance(recipe.get("data"), str):  # `data: FILE` in the recipe, the same short form
@@ -119,11 +121,18 @@ def apply_override(recipe: dict, item: str) -> None:
     node[parts[-1]] = value
 
 
+def meant(key, accepted) -> str:
+    """' (did you mean temperature?)' for a misspelt key, '' when none is close."""
+    close = difflib.get_close_matches(str(key), list(accepted), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def validate(recipe: dict) -> dict:
     errors = []
     unknown = [k for k in recipe if k not in TOP_KEYS]
     if unknown:
-        errors.append(f"unknown key {', '.join(map(str, unknown))}; accepted: {', '.join(TOP_KEYS)}")
+        errors.append(f"unknown key {', '.join(map(str, unknown))}{meant(unknown[0], TOP_KEYS)}; accepted: "
+                      f"{', '.join(TOP_KEYS)}")
     if not isinstance(recipe.get("teacher"), str) or not recipe["teacher"]:
         errors.append("teacher must be a model: an asset name (minilm-l6, mpnet-base), a local folder or a hub id")
     recipe.setdefault("seed", 0)
@@ -337,7 +346,7 @@ def _bind(section: str, fn, settings: dict, skip=(), limits=None) -> list:
     errors = []
     for key, value in settings.items():
         if key not in params:
-            errors.append(f"{section}: unknown key '{key}'; accepted: {', '.join(params)}")
+            errors.append(f"{section}: unknown key '{key}'{meant(key, params)}; accepted: {', '.join(params)}")
             continue
         want = typing.get_type_hints(fn).get(key)
         if isinstance(value, str) and FLOAT_TEXT.fullmatch(value) and want and _is(1.0, want) and not _is("", want):

@@ -122,6 +122,7 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "qemu-arm64", "mirror": "ftp://deb.debian.org/debian"}, "use one such as http://deb.debian.org/debian"),
     ({"kind": "manual", "after_compress": True}, "after_compress needs a target edgekit reaches itself"),
     ({"kind": "manual", "host": "pi"}, "unknown key 'host'; accepted for manual"),
+    ({"kind": "ssh", "host": "pi", "usr": "pi"}, "unknown key 'usr' .did you mean user.*; accepted for ssh"),
 ])
 def test_targets_are_validated(tmp_path, spec, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):

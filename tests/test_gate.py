@@ -485,3 +485,13 @@ def test_gate_lines_align_whatever_the_artifact_names():
             for a in ("x86-onnx", "x86-torchscript") for m in ("size_mb", "accuracy_retained")]
     printed = gate.lines(rows)
     assert len({line.index(" <= ") for line in printed}) == 1, printed  # the bounds line up in one column
+
+
+def test_a_manifest_without_schema_gets_each_commands_own_advice(tmp_path, capsys):
+    (tmp_path / "manifest.json").write_text('{"x": 1}')
+    assert cli.main(["gate", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.rstrip().endswith("give a run folder or its manifest.json, or a model file or "
+                                                     "folder for --max-size-mb")
+    assert cli.main(["report", str(tmp_path), "--out", str(tmp_path / "rep")]) == 1
+    assert capsys.readouterr().err.rstrip().endswith("(no schema); give a run folder or its manifest.json")  # was
+    # gate's --max-size-mb, which report does not take

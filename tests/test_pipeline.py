@@ -154,6 +154,10 @@ def test_a_run_never_replaces_or_removes_a_stage_named_folder_it_did_not_make(mo
         assert (out / name).is_symlink() or (out / name / "notes.txt").read_text() == "mine"
         assert not (out / "manifest.json").exists()
         (out / name).unlink() if (out / name).is_symlink() else shutil.rmtree(out / name)
+    (out / "01-export").mkdir()
+    (out / "manifest.json").write_text("{bad")  # said as such: it was "no manifest.json lists it"
+    with pytest.raises(UsageError, match="holds 01-export, named like a stage but its manifest.json cannot be read"):
+        pipeline.run(recipe.load(str(path)), out, progress=False)
 
 
 @pytest.mark.parametrize("name", stages.NAMES)
@@ -520,3 +524,19 @@ def test_the_bench_stage_measures_again_on_another_machine(tiny_recipe, tmp_path
     assert all(s["reused"] for s in run(tiny_recipe, out)["stages"])
     monkeypatch.setattr(devices, "this_cpu", lambda: {"cpu": "Another CPU", "int8_isa": "Arm dot product"})
     assert [s["reused"] for s in run(tiny_recipe, out)["stages"]] == [True] * 5 + [False]
+
+
+def test_an_unreadable_manifest_is_a_warning_in_edgekits_own_form_and_every_stage_runs(tmp_path, capsys,
+                                                                                        monkeypatch):
+    (tmp_path / "manifest.json").write_text("{bad")
+    assert pipeline.read_manifest(tmp_path / "manifest.json") == {}
+    said = capsys.readouterr().err
+    assert said.startswith(f"edgekit: warning: {tmp_path / 'manifest.json'} is unreadable or invalid (Expecting "
+                           f"property name enclosed in double quotes") and said.endswith("every stage runs again\n")
+    from edgekit import schemas
+
+    (tmp_path / "manifest.json").write_text("{}")
+    monkeypatch.setattr(schemas, "validate", lambda *a: (_ for _ in ()).throw(EdgekitError("word " * 100)))
+    assert pipeline.read_manifest(tmp_path / "manifest.json") == {}
+    said = capsys.readouterr().err
+    assert " ...); every stage runs again" in said and len(said) < 400  # cut at a word, and said to be cut

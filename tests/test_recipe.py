@@ -33,7 +33,7 @@ def test_data_shorthand_override(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("distill.epoch=1", "unknown key 'epoch'; accepted: student, layers"),
+    ("distill.epoch=1", "unknown key 'epoch' (did you mean epochs?); accepted: student, layers"),
     ("distill.lr=fast", "distill.lr must be float"),
     ("bogus=1", "unknown key 'bogus'; accepted: name"),
     ("stages=[export, finetune]", "finetune must be the first stage"),
@@ -43,7 +43,9 @@ def test_data_shorthand_override(tmp_path):
     ("budgets.speed=<= 3", "unknown metric 'speed'"),
     ("budgets.size_mb=100", "must be an operator and a number"),
     ("max_length=4096", "max_length must be an integer in [8, 512]"),
-    ("data.text_col=x", "data: unknown key 'text_col'; accepted: source, text_column"),
+    ("data.text_col=x", "data: unknown key 'text_col' (did you mean text_column?); accepted: source, "
+                        "text_column"),
+    ("mx_length=64", "unknown key 'mx_length' (did you mean max_length?); accepted: name"),
     ("distill.epochs", "must look like key=value"),
 ])
 def test_bad_recipes_get_one_line_naming_what_is_accepted(override, message):
