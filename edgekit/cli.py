@@ -346,7 +346,8 @@ def summary(manifest: dict) -> str:
                     f"({c['examples']} sentences; every class: edgekit report)")
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
-        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {final.get('bench_threads')} thread(s), "
+        threads = final.get("bench_threads")
+        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {threads} thread{'' if threads == 1 else 's'}, "
                     f"{final.get('bench_seq_len')} tokens")
     for b in manifest["budgets"]:
         where = f"{b['artifact']}: " if "artifact" in b else ""
@@ -451,11 +452,18 @@ def cmd_recipes(args) -> int:
         return 0
     if args.name is not None:
         raise UsageError(f"recipes list takes no name (got {args.name!r}); to see one: edgekit recipes show NAME")
+    import shutil
+    import textwrap
+
     import yaml
 
-    for name in recipe.names():
-        about = yaml.safe_load(recipe.find(name).read_text()).get("description", "")
-        print(f"{name:20s} {about}")
+    from edgekit.progress import terminal
+
+    width = max(60, shutil.get_terminal_size().columns)  # lines of ~350 characters, wrapped under their name on a
+    for name in recipe.names():  # terminal; a pipe (awk '{print $1}') keeps one line per recipe
+        line = f"{name:20s} {yaml.safe_load(recipe.find(name).read_text()).get('description', '')}"
+        print(textwrap.fill(line, width, subsequent_indent=" " * 21, break_on_hyphens=False)
+              if terminal(sys.stdout) else line)
     return 0
 
 

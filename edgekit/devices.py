@@ -712,7 +712,7 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
                 spec.update(_model=staged["model"], _format=staged["format"], _sha=sha)
                 kind = spec["kind"]
                 if progress:  # the runner says nothing until it ends: seconds here, minutes on a phone or under qemu
-                    print(f"target {target} ({kind}): {path.name}, {staged['examples']} test sentences and "
+                    print(f"{called(target, kind)}: {path.name}, {staged['examples']} test sentences and "
                           f"{spec.get('runs', 50)} timed runs", file=sys.stderr, flush=True)
                 result = {"local": run_local, "ssh": run_ssh, "adb": run_adb}[kind](target, spec, job) \
                     if kind != "qemu-arm64" else run_qemu(target, spec, job, progress)
@@ -810,15 +810,21 @@ def merge(run: Path, target: str, entry: dict, sha: str = None) -> None:
         held.close()
 
 
+def called(target: str, kind: str, emulated: bool = False) -> str:
+    """'target pi4 (ssh)'; 'target local', not 'target local (local)'."""
+    said = ", ".join(x for x in (kind if kind != target else "", "emulated" if emulated else "") if x)
+    return f"target {target}" + (f" ({said})" if said else "")
+
+
 def summary(target: str, entry: dict) -> str:
     """What was measured, in a few lines: only what the result holds (benchmark_model has no accuracy nor CPU)."""
     m, r = entry["metrics"], entry["result"]
     lat = r["latency_ms"]
     machine = " ".join(str(r[k]) for k in ("machine", "cpu") if r.get(k))
-    head = (f"target {target} ({entry['kind']}{', emulated' if entry['emulated'] else ''}): {r.get('runtime')}"
+    head = (f"{called(target, entry['kind'], entry['emulated'])}: {r.get('runtime')}"
             f"{' ' + r['runtime_version'] if r.get('runtime_version') else ''}{' on ' + machine if machine else ''}"
             f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}"
-            f"{', ' + str(r['threads']) + ' thread(s)' if r.get('threads') else ''}")
+            f"{', ' + str(r['threads']) + (' thread' if r['threads'] == 1 else ' threads') if r.get('threads') else ''}")
     parts = [f"size {m['size_mb']} MB" if m.get("size_mb") is not None else "",
              f"load {r['load_s']} s" if r.get("load_s") is not None else "",
              f"latency p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"

@@ -11,10 +11,10 @@ from tqdm import tqdm
 LOG_S = 30.0  # seconds between a bar's lines in a log: 10 redraws a second made ~27k lines in a 45-minute run
 
 
-def terminal() -> bool:
-    """Whether stderr is a terminal (not when it is closed: `2>&-`, or a wrapper closed it)."""
+def terminal(stream=None) -> bool:
+    """Whether `stream` (stderr) is a terminal (not when it is closed: `2>&-`, or a wrapper closed it)."""
     try:
-        return sys.stderr.isatty()
+        return (stream or sys.stderr).isatty()
     except (AttributeError, OSError, ValueError):
         return False
 

@@ -548,3 +548,18 @@ def test_a_stop_dropped_during_any_command_ends_it_and_is_cleared_after(monkeypa
     assert cli.main(["recipes"]) == 143 and capsys.readouterr().err.strip() == "edgekit: terminated"
     assert errors.STOP["at"] is None  # a library call after it in the same process is not stopped
     errors.stop_point()
+
+
+def test_recipes_list_wraps_on_a_terminal_and_keeps_a_line_each_in_a_pipe(monkeypatch, capsys):
+    from edgekit import recipe
+
+    assert cli.main(["recipes"]) == 0
+    piped = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in piped] == recipe.names()  # awk '{print $1}' gives the names
+    assert all(not line.split(None, 1)[1].startswith(line.split()[0] + ":") for line in piped)  # "edge-base  edge-base:"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a: os.terminal_size((80, 24)))
+    assert cli.main(["recipes"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) > len(piped) and max(map(len, shown)) <= 80  # lines of ~350 characters
+    assert [line.split()[0] for line in shown if not line.startswith(" ")] == recipe.names()

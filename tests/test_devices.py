@@ -763,7 +763,7 @@ def test_bench_says_what_the_target_will_run_before_the_wait(run, capsys):
     """Was: nothing until the runner ended (seconds here, minutes on a phone or under qemu)."""
     devices.bench(run, "local", progress=True)
     scored = manifest(run)["final"]["metrics"]["eval_examples"]
-    assert f"target local (local): model.onnx, {scored} test sentences and 50 timed runs\n" in capsys.readouterr().err
+    assert f"target local: model.onnx, {scored} test sentences and 50 timed runs\n" in capsys.readouterr().err
 
 
 def test_a_moved_run_whose_data_file_is_gone_says_so(tmp_path):
