@@ -225,7 +225,8 @@ def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int
         writer.writerow(["text", "text_pair", "label"] if pairs else ["text", "label"])
         names = meta["labels"]  # the model's own names for the class ids: the runner reads names before ids
         writer.writerows((*(text if pairs else (text,)), names[label]) for text, label in test)
-    return {"model": f"model/{model.name}", "format": meta.get("format"), "examples": len(test)}
+    return {"model": f"model/{model.name}", "format": meta.get("format"), "examples": len(test),
+            "max_length": meta.get("max_length")}
 
 
 def runner_args(spec: dict, root: str, emulated: bool = False) -> list:
@@ -758,7 +759,9 @@ def stage(run, target: str, into, targets_file=None, model: str = None) -> dict:
             (["--model", in_run(path, run)] if model else []) + ["--result", "result.json"]
         job = {"run": str(run.resolve()), "target": target, "model": in_run(path, run),
                "model_sha256": assets.sha256_file(tmp / staged["model"]), "examples": staged["examples"],
-               "command": "python3 -m device_bench " + shlex.join(runner_args({**spec, "_model": staged["model"]}, ".")),
+               "command": "python3 -m device_bench " + shlex.join(runner_args({  # as the runner caps it: a 32-token
+                   **spec, "_model": staged["model"],  # model was shown --seq-len 128
+                   "seq_len": min(spec.get("seq_len", 128), staged["max_length"] or 512)}, ".")),
                "merge": shlex.join(merge_args),
                "needs": f"Python 3.9+ with numpy, tokenizers and {runner_module().RUNTIME_PACKAGE[runtime]} (Python "
                         f"3.11+: pip install -r device_bench/requirements-{runtime}.txt)"}

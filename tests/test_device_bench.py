@@ -65,6 +65,7 @@ def test_runner_measures_and_predicts_like_edgekit(exported, alone, fmt):
                        "--warmup", "2", "--batch", "4"], cwd=alone)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # was LiteRT's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on each run
+    assert json.loads(done.stdout)["written"] == str(out)  # said: --out's default was written without a word
     r = json.loads(out.read_text())
     assert r["complete"] is True and r["format"] == fmt.split("-")[0] and r["runs"] == 7
     assert r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"]

@@ -173,6 +173,8 @@ def test_a_manual_target_is_staged_run_by_hand_and_merged(run, tmp_path, capsys)
     assert told["model_sha256"] == devices.assets.sha256_file(model) and told["examples"] == 25
     printed = capsys.readouterr().out
     assert "--runs 3 --warmup 1" in told["command"] and told["command"] in printed and told["merge"] in printed
+    max_length = json.loads((model.parent / "model.json").read_text())["max_length"]
+    assert max_length < 128 and told["command"].endswith(f"--seq-len {max_length}")  # was 128, which the runner caps
     assert sorted(p.name for p in job.iterdir()) == ["device_bench", "job.json", "model", "test.csv"]
     assert (job / told["needs"].split("-r ")[1].rstrip(")")).is_file()  # the requirements it names are in the job
     assert (job.stat().st_mode & 0o077) == (0o777 & ~current_umask() & 0o077)  # not mkdtemp's 0700

@@ -638,5 +638,6 @@ def main(argv=None) -> int:
         print("device_bench: interrupted; no result written (any earlier --out file is as it was); run again",
               file=sys.stderr)
         return 130
-    print(json.dumps({k: result[k] for k in ("latency_ms", "peak_rss_mb", "runtime", "machine")}))
+    print(json.dumps({**{k: result[k] for k in ("latency_ms", "peak_rss_mb", "runtime", "machine")},
+                      "written": str(out)}))  # where the whole result is: --out's default is the current folder
     return 0
