@@ -388,3 +388,47 @@ def test_a_plain_tsv_keeps_its_quotes_as_text_and_crlf_in_a_quoted_csv_field_sta
         b'"line one\r\nline two %d",%s\r\n' % (i, b"ab"[i % 2:i % 2 + 1]) for i in range(20)))
     splits = data.load(str(tmp_path / "d.csv"))
     assert splits.labels == ["a", "b"] and all("\r\n" in t for t, _ in splits.train)
+
+
+@pytest.mark.parametrize("counts, n, expected", [
+    ((98, 1, 1), 10, {0: 8, 1: 1, 2: 1}),  # the rare classes' one row each comes out of the commonest class
+    ((10, 10, 1), 20, {0: 10, 1: 9, 2: 1}),  # a one-row class is never given a second row: n rows all the same
+    ((5, 3, 2), 5, {0: 3, 1: 1, 2: 1}),  # the spare row goes to the largest remainder (0: 2.5, 1: 1.5, 2: 1.0)
+])
+def test_stratified_keeps_each_share_and_every_class(counts, n, expected):
+    """Mutants that trimmed a rare class, returned fewer rows than asked, or gave spare rows to the smallest
+    remainders all passed the suite (its check allowed one row either way)."""
+    from collections import Counter
+
+    rows = [(f"t{c}-{i}", c) for c, k in enumerate(counts) for i in range(k)]
+    assert Counter(y for _, y in data.stratified(rows, n)) == expected
+
+
+def test_rt_polarity_drops_plot_rows_and_duplicate_snippets(tmp_path, monkeypatch):
+    """A snippet in two movies' rows could sit in train and test at once (the split is by movie)."""
+    import bz2
+
+    from edgekit import assets
+
+    path = tmp_path / "rt.csv.bz2"
+    path.write_bytes(bz2.compress(b"movie_name,category,text\nm1,fresh,great film\nm2,fresh,great film\n"
+                                  b"m3,rotten,dull\nm4,plot,a man walks\n"))
+    monkeypatch.setattr(assets, "path", lambda name: path)
+    assert [(t, c) for t, c, _ in data._rt_polarity()] == [("great film", "fresh"), ("dull", "rotten")]
+
+
+@pytest.mark.parametrize("alias", ["val", "valid", "dev", "validation"])
+def test_every_validation_alias_of_a_split_column_reads(tmp_path, alias):
+    rows = [f"good {i},pos,train" for i in range(6)] + [f"bad {i},neg,train" for i in range(6)] + \
+        [f"fine {i},pos,{alias}" for i in range(2)] + [f"poor {i},neg,test" for i in range(2)]
+    (tmp_path / "d.csv").write_text("text,label,part\n" + "\n".join(rows) + "\n")
+    splits = data.load(str(tmp_path / "d.csv"), split_column="part")
+    assert len(splits.validation) == 2 and len(splits.test) == 2 and len(splits.train) == 12
+
+
+def test_a_class_of_exactly_80_percent_of_training_gets_the_majority_warning():
+    splits = data.Splits(train=[("a", 0)] * 8 + [("b", 1)] * 2, validation=[], test=[("t", 0)],
+                         labels=["neg", "pos"], source="x")
+    assert any("class 'neg' holds 80.0% of the 10 training rows" in line for line in data.warnings(splits))
+    splits.train = [("a", 0)] * 7 + [("b", 1)] * 3
+    assert not any("holds 70.0%" in line for line in data.warnings(splits))

@@ -243,3 +243,25 @@ def test_fuse_without_an_onnx_mode_it_steers_is_warned_of(mode, warned):
     """fuse steers ONNX dynamic and fp16 only; with static it was dropped from the sidecar, silently."""
     said = recipe.ineffective(recipe.load("distilbert-int8", [f"quantize.mode={mode}", "quantize.fuse=true"]))
     assert ("quantize.fuse is set but does nothing without an ONNX quantize.mode of dynamic or fp16" in said) == warned
+
+
+def test_a_stage_listed_twice_is_refused():
+    with pytest.raises(UsageError, match="each stage may appear once"):
+        recipe.load("distilbert-int8", ["stages=[finetune, distill, distill, export, quantize, evaluate, bench]"])
+
+
+def test_data_file_shorthand_keeps_the_other_data_settings():
+    """data=FILE sets the source only: it replaced the whole mapping, dropping max_train and the columns."""
+    loaded = recipe.load("distilbert-int8", ["data.max_train=50", "data=x.csv"])
+    assert loaded["data"]["source"] == "x.csv" and loaded["data"]["max_train"] == 50
+
+
+def test_bench_seq_len_one_past_max_length_is_refused():
+    with pytest.raises(UsageError, match="bench.seq_len 129 is longer than max_length 128"):
+        recipe.load("distilbert-int8", ["bench.seq_len=129"])
+    assert recipe.load("distilbert-int8", ["bench.seq_len=128"])["bench"]["seq_len"] == 128
+
+
+@pytest.mark.parametrize("bound, refused", [(1.5, False), (1.51, True), (1.8, True), (97, True)])
+def test_a_fraction_bound_over_1_5_is_refused_up_front(bound, refused):
+    assert bool(recipe.bound_problem("accuracy_retained", bound)) == refused

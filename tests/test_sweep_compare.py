@@ -316,3 +316,27 @@ def test_compare_refuses_an_unsupported_family_first_and_a_config_transformers_c
     assert err == (f"edgekit: error: {tmp_path / 'odd.json'}: transformers cannot build this model (ValueError: The "
                    f"hidden size (8) is not a multiple of the number of attention heads (3)); fix its config.json or "
                    f"give another model\n")
+
+
+def test_earlier_points_are_only_point_folder_names_never_other_paths(tmp_path):
+    """The names listed are removed with rmtree: an edited or foreign list must not name report/, shared/ or a path
+    outside OUT."""
+    (tmp_path / sweep.POINTS).write_text(json.dumps(["01-seed=1", "report", "../elsewhere", "shared", "02-a/b"]))
+    assert sweep.earlier_points(tmp_path) == {"01-seed=1"}
+    (tmp_path / sweep.POINTS).unlink()
+    (tmp_path / "sweep.json").write_text(json.dumps([{"run": "00-x"}, {"run": ".."}, {"run": "03-..\\x"}]))
+    assert sweep.earlier_points(tmp_path) == {"00-x"}  # a sweep from before the list was kept
+
+
+def test_the_sweep_report_leaves_failed_points_out(tmp_path, monkeypatch):
+    from edgekit import report
+
+    built = []
+    monkeypatch.setattr(report, "build", lambda dirs, out: built.append(dirs))
+    ok = {"status": "complete", "stages": [], "final": {"metrics": {"accuracy": 0.8, "latency_ms_p50": 2.0,
+                                                                     "size_mb": 1.0}}}
+    failed = {"status": "failed", "error": "boom", "stages": [], "final": {"metrics": {}}}
+    result = sweep.summarize([{"seed": 1}, {"seed": 2}], [tmp_path / "00-seed=1", tmp_path / "01-seed=2"],
+                             [ok, failed], tmp_path)
+    assert built == [[str(tmp_path / "00-seed=1")]] and [r["pareto"] for r in result["rows"]] == [True, False]
+    assert "| 01-seed=2 |" in result["table"] and "failed: boom" in result["table"]
