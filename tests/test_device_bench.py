@@ -322,3 +322,67 @@ def test_native_info_lines_are_dropped_and_anything_else_is_passed_on(capfd):
         raise RuntimeError
     err = capfd.readouterr().err  # (pytest's sys.stderr is not fd 2: its line may come first)
     assert sorted(err.splitlines()) == ["ERROR: a real problem", "from python", "why it failed"]
+
+
+def test_runner_percentiles_time_units_and_memory_are_exact(monkeypatch):
+    """The device's p90/p99 equal to its p50, latencies in µs and kB / 1000 as MiB all passed the suite (it checked
+    p50 <= p90 <= p99 and signs only)."""
+    runner = devices.runner_module()
+    assert runner.percentiles(list(range(1, 101))) == {"p50": 50.5, "p90": 90.1, "p99": 99.01}
+    clock = iter(i * 0.002 for i in range(100))  # each call of fn takes 2 ms
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
+    assert runner.timed(lambda: None, 3, 1) == pytest.approx([2.0] * 3)
+    monkeypatch.setattr(runner, "Path", lambda p: type("F", (), {"read_text": lambda self: "VmRSS:\t   20480 kB\n"})())
+    assert runner.memory_mb("VmRSS") == 20.0  # kB / 1000 read 20.5
+
+
+def test_runner_throughput_counts_sentences_per_second_at_batch_1_and_n(exported, monkeypatch):
+    runner = devices.runner_module()
+    calls = []
+
+    def fixed(fn, runs, warmup):  # batch 1 (warmup 0 here): 2 ms a call; batch 4 (warmup 1): 8 ms a call
+        calls.append(fn())
+        return [2.0 if warmup == 0 else 8.0] * runs
+
+    monkeypatch.setattr(runner, "timed", fixed)
+    model = exported["onnx"]
+    args = runner.parser().parse_args([str(model), "--runs", "5", "--warmup", "0", "--batch", "4", "--threads", "2"])
+    result = runner.bench(model, runner.read_sidecar(model), args)
+    assert result["throughput"] == {"batch_1": 500.0, "batch_4": 500.0}  # 4 sentences in 8 ms: 500 a second
+    assert [len(c) for c in calls] == [1, 4] and result["latency_ms"]["p50"] == 2.0
+
+
+def test_the_onnx_runner_runs_on_the_threads_it_reports(exported, monkeypatch):
+    import onnxruntime
+
+    runner = devices.runner_module()
+    seen = {}
+    real = onnxruntime.InferenceSession
+
+    def session(path, options=None, **kw):
+        seen.update(intra=options.intra_op_num_threads, inter=options.inter_op_num_threads)
+        return real(path, options, **kw)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    model = exported["onnx"]
+    runner.OnnxRunner(model, runner.read_sidecar(model), 3)
+    assert seen == {"intra": 3, "inter": 1}  # was every core, while the result said threads: 3
+
+
+def test_tflite_runner_picks_the_smallest_bucket_that_holds_the_row(exported, alone):
+    """A row exactly as long as a bucket ran in the next one (slower, and not the signature edgekit runs)."""
+    import numpy as np
+
+    runner = devices.runner_module()
+    model = exported["tflite"]
+    tfl = runner.TFLiteRunner(model, runner.read_sidecar(model), 1)
+    used = []
+    for b, run in list(tfl.runners.items()):
+        tfl.runners[b] = lambda b=b, run=run, **inputs: (used.append(b), run(**inputs))[1]
+    for n in (16, 17, 32, 40):
+        tfl.logits(np.ones((1, n), np.int64), np.ones((1, n), np.int64))
+    assert tfl.buckets == [16, 32] and used == [16, 32, 32, 32]  # 40 tokens: cut to the largest bucket
+    out = alone / "result.json"
+    done = run_runner([str(model), "--out", str(out), "--runs", "2", "--warmup", "0", "--seq-len", "16"], cwd=alone)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["bucket"] == 16  # the result named 32 for 16 tokens

@@ -395,6 +395,14 @@ def test_tflite_files_are_compacted_without_changing_a_single_output(tmp_path, m
         feed = {"args_0": rng.integers(5, 70, (1, b)).astype(np.int32), "args_1": np.ones((1, b), np.int32)}
         before, after = (Interpreter(str(p)).get_signature_runner(f"seq{b}")(**feed) for p in (plain, small))
         assert all(np.array_equal(before[k], after[k]) for k in before)
+    compacted = schema.ModelT.InitFromPackedBuf(small.read_bytes(), 0)
+    original = schema.ModelT.InitFromPackedBuf(plain.read_bytes(), 0)
+    for g, h in zip(compacted.subgraphs, original.subgraphs):  # the names signatures and tools read stay; the rest go
+        ends = set(g.inputs) | set(g.outputs)
+        assert [t.name for i, t in enumerate(g.tensors) if i in ends] == \
+            [t.name for i, t in enumerate(h.tensors) if i in ends] and all(t.name for i, t in enumerate(g.tensors)
+                                                                          if i in ends)
+        assert not [t.name for i, t in enumerate(g.tensors) if i not in ends and t.name]
 
 
 @pytest.mark.parametrize("family, expected", [("bert", ["first_token_last_layer", "fused_qkv", "additive_mask"]),

@@ -318,3 +318,36 @@ def test_plots_say_what_they_compare(pruned_run, tmp_path, monkeypatch):
     headline.plot(runs, tmp_path / "h.png")
     assert len(set(colours)) == 5  # the fifth run had no colour: no points, no legend entry
     assert said == ["teacher FP32, 90.0 MB"]  # one teacher's label, once: five drawn on one spot were unreadable
+
+
+def test_the_pareto_column_marks_the_front_and_only_the_front(pruned_run, tmp_path):
+    slower = copy_run(pruned_run, tmp_path / "slower", lambda m: m["final"]["metrics"].update(
+        accuracy=m["final"]["metrics"]["accuracy"] - 0.1, latency_ms_p50=m["final"]["metrics"]["latency_ms_p50"] * 2))
+    assert cli.main(["report", str(pruned_run), str(slower), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    table = md.split("## Accuracy against latency")[1].split("\n\n")[2].splitlines()[2:]
+    marked = {row.split(" | ")[0].strip("| ").split(":")[0]: row.rstrip(" |").endswith("yes") for row in table}
+    assert marked == {"run": True, "slower": False}  # the column read inverted with its test passing
+
+
+def test_pareto_ties_leave_the_worse_point_off_the_front():
+    pts = [("a", 0.9, 1.0, 1, "test", 32), ("b", 0.8, 1.0, 1, "test", 32), ("c", 0.9, 2.0, 1, "test", 32)]
+    assert [p[0] for p in report.pareto(pts)] == ["a"]  # b: as fast, less accurate; c: as accurate, slower
+
+
+def test_a_run_with_accuracy_but_no_latency_is_no_point(tmp_path):
+    manifest = {"final": {"path": "03-export/model.onnx", "metrics": {"accuracy": 0.8, "size_mb": 1.0}}}
+    assert report.points([(manifest, tmp_path / "run")], ["run"]) == []  # a None latency broke the plot
+
+
+def test_the_size_breakdown_of_a_folder_is_in_mb_as_the_files(pruned_run):
+    folder = pruned_run / "02-prune" / "model"
+    raw = (folder / "model.safetensors").read_bytes()
+    tensors = len(raw) - 8 - int.from_bytes(raw[:8], "little")  # the file less its length field and JSON header
+    assert sum(report.breakdown(folder).values()) == pytest.approx(tensors / 1e6, abs=0.002)  # MiB read 4.6% less
+
+
+def test_bubbles_scale_to_the_largest_model_and_a_10x_spread_of_latency_is_log(tmp_path, monkeypatch):
+    pts = [("a", 0.9, 1.0, 0.1, "test", 32), ("b", 0.8, 10.0, 400.0, "test", 32)]
+    ax = tradeoff_axes(pts, tmp_path, monkeypatch)
+    assert max(c.get_sizes()[0] for c in ax.collections) <= 630 and ax.get_xscale() == "log"

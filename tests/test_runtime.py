@@ -514,6 +514,8 @@ def test_load_max_length_is_every_calls_default_for_every_format(formats, fmt):
     assert model.encode(long, 16)["input_ids"].shape[1] == 16  # a call's own max_length wins
     assert np.array_equal(model(long, max_length=16)["probs"], cut(long, max_length=16)["probs"])
     assert runtime.load(formats[fmt], max_length=np.int64(500)).encode(long)["input_ids"].shape[1] == limit
+    assert cut.encode(long, 500)["input_ids"].shape[1] == limit  # a call's longer one is cut to what the file takes
+    assert cut(long, max_length=500)["probs"].shape == (1, 2)  # (was: "the input has 500 tokens")
 
 
 @pytest.mark.parametrize("value", [1, 2, True, -1, 2.5, "32", np.float64(8)])
@@ -664,3 +666,13 @@ def test_an_onnx_file_loads_and_runs_without_importing_onnx_or_torch(exported):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def test_latency_percentiles_are_exact_and_a_seq_len_past_the_model_is_refused(exported):
+    """p90 equal to p50 passed the suite; --seq-len 64 on a 32-token file timed 32 tokens and reported 64."""
+    from edgekit import latency
+
+    assert latency.percentiles(list(range(1, 101))) == {"p50": 50.5, "p90": 90.1, "p99": 99.01}
+    limit = json.loads((exported.path.parent / "model.json").read_text())["max_length"]
+    with pytest.raises(SystemExit, match=f"the model accepts at most {limit} tokens; lower --seq-len"):
+        latency.main([str(exported.path), "--seq-len", str(limit + 1), "--runs", "1", "--warmup", "0"])

@@ -2,6 +2,7 @@ import json
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -340,3 +341,26 @@ def test_the_sweep_report_leaves_failed_points_out(tmp_path, monkeypatch):
                              [ok, failed], tmp_path)
     assert built == [[str(tmp_path / "00-seed=1")]] and [r["pareto"] for r in result["rows"]] == [True, False]
     assert "| 01-seed=2 |" in result["table"] and "failed: boom" in result["table"]
+
+
+def test_compare_puts_each_measurement_in_its_own_column(model_dir, tmp_path, monkeypatch):
+    """The FP32 column showing INT8's latency passed the suite (it checked only that numbers were there)."""
+    from edgekit.stages import bench
+
+    def measure(path, batch, **kw):
+        p50 = {("fp32.onnx", 1): 10.0, ("int8.onnx", 1): 5.0, ("int8.onnx", 32): 7.0}[(Path(path).name, batch)]
+        return {"fixed": {"p50": p50}, "rss_after_load_mb": 100.0 if Path(path).name == "int8.onnx" else 300.0}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    row = compare.measure(str(model_dir), tmp_path / "work", seq_len=16)
+    assert (row["latency_ms_b1_fp32"], row["latency_ms_b1_int8"], row["latency_ms_b32_int8"],
+            row["rss_after_load_mb_int8"]) == (10.0, 5.0, 7.0, 100.0)
+
+
+def test_compare_takes_every_sequence_length_it_says_it_takes(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "check", lambda *a: None)
+    monkeypatch.setattr(compare, "measure", lambda spec, *a, **k: {"model": spec})
+    monkeypatch.setattr(compare, "write", lambda *a, **k: None)
+    assert compare.run(["bert-base"], tmp_path / "c", seq_len=512, progress=False) == [{"model": "bert-base"}]
+    with pytest.raises(UsageError, match="--seq-len 513: give a sequence length in \\[2, 512\\]"):
+        compare.run(["bert-base"], tmp_path / "c", seq_len=513, progress=False)
