@@ -361,15 +361,15 @@ def summary(manifest: dict) -> str:
 def cmd_gate(args) -> int:
     from edgekit import gate
 
-    for flag, file, kind in (("--junit", args.junit, "XML"), ("--json", args.json, "JSON")):
-        if file and file != "-" and Path(file).is_dir():
-            raise UsageError(f"{flag} {file} is a folder; give the path of the {kind} file to write")
-        if file and file != "-" and not Path(file).resolve().parent.is_dir():
-            raise UsageError(f"{flag} {file}: its folder does not exist; create it or give another path")
-    if args.junit == "-":
-        raise UsageError("--junit - is not allowed: the JUnit report goes to a file; give its path (--json - prints)")
-    if args.junit and args.json and Path(args.junit).resolve() == Path(args.json).resolve():
-        raise UsageError(f"--junit and --json both name {args.json}; give each its own file")
+    bad = {flag: report_problem(flag, file, kind) for flag, file, kind in (("--junit", args.junit, "XML"),
+                                                                            ("--json", args.json, "JSON"))}
+    if args.junit and args.json and "-" not in (args.junit, args.json) and \
+            Path(args.junit).resolve() == Path(args.json).resolve():
+        bad = dict.fromkeys(bad, f"--junit and --json both name {args.json}; give each its own file")
+    if said := next((problem for problem in bad.values() if problem), ""):  # the other report says so too: an
+        gate.write_reports([], str(args.path), None if bad["--junit"] else args.junit, error=said,  # earlier pass
+                           json_file=None if bad["--json"] else args.json)  # must not stay in it
+        raise UsageError(said)
     try:  # a budget that does not parse is said in the CI reports too: an earlier passing gate.xml must not stay
         budgets = [gate.parse_budget(b) for b in args.budget]
         for value, metric, op, flag in ((args.max_size_mb, "size_mb", "<=", "--max-size-mb"),
@@ -386,6 +386,19 @@ def cmd_gate(args) -> int:
         print("\n".join(gate.lines(rows)))
     gate.write_reports(rows, str(args.path), args.junit, json_file=args.json)
     return 0 if all(r["ok"] for r in rows) else OVER_BUDGET
+
+
+def report_problem(flag: str, file: str, kind: str) -> str:
+    """'' or why gate cannot write a report to `file`."""
+    if file == "-" and flag == "--junit":
+        return "--junit - is not allowed: the JUnit report goes to a file; give its path (--json - prints)"
+    if not file or file == "-":
+        return ""
+    if Path(file).is_dir():
+        return f"{flag} {file} is a folder; give the path of the {kind} file to write"
+    if not Path(file).resolve().parent.is_dir():
+        return f"{flag} {file}: its folder does not exist; create it or give another path"
+    return ""
 
 
 def cmd_bench(args) -> int:

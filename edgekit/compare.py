@@ -103,12 +103,10 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
     try:
         model, source = build(spec)
-    except EdgekitError:
-        raise
-    except Exception as e:  # transformers' own check of a config's shape (hidden 8 over 3 heads), with a traceback
-        reason = " ".join(str(e).split())[:200]
+    except (ValueError, TypeError) as e:  # transformers' own check of a config's shape (hidden 8 over 3 heads),
+        reason = " ".join(str(e).split())[:200]  # with a traceback
         raise EdgekitError(f"{spec}: transformers cannot build this model ({type(e).__name__}: {reason}); fix its "
-                           f"config.json or give another model") from e
+                           f"config.json or give another model") from None
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)}
     names = families.label_names(model.config)
     if source is not None and data is not None:

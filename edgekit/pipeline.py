@@ -146,7 +146,7 @@ def foreign_folders(out: Path) -> list:
     """Names in `out` that look like stage folders (NN-stage, NN-stage.partial) that no edgekit run made: the
     manifest lists its stages' folders, and a stopped stage's `.partial` holds its `.key`. A run replaces and
     removes stage folders, so it must never meet one of these (a user's folder, a symlink)."""
-    made = listed_folders(out / "manifest.json")
+    made = listed_folders(out / "manifest.json") or set()
     return [p.name for p in sorted(out.glob("[0-9][0-9]-*")) if p.name.removesuffix(".partial")[3:] in stages.NAMES
             and (p.is_symlink() or not p.is_dir()
                  or (p.name.removesuffix(".partial") not in made and not (p / ".key").is_file()))]
@@ -159,14 +159,15 @@ def made_here(manifest: dict) -> set:
             | set(manifest.get("earlier_stages", [])))
 
 
-def listed_folders(path: Path) -> set:
+def listed_folders(path: Path) -> set | None:
     """The stage folders the manifest at `path` lists, read from any manifest edgekit wrote, also one of another
-    schema or one that fails validation: it is not used to skip work here, only to know which folders a run made."""
+    schema or one that fails validation: it is not used to skip work here, only to know which folders a run made.
+    None when there is none or it cannot be read."""
     try:
         manifest = json.loads(path.read_text())
         names = made_here(manifest)
     except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
-        return set()
+        return None
     return {n for n in names if isinstance(n, str)}
 
 
@@ -223,7 +224,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         if foreign := foreign_folders(out):
             held.close()
             why = "its manifest.json cannot be read, so nothing shows an edgekit run made it" if \
-                (out / "manifest.json").exists() and not listed_folders(out / "manifest.json") else \
+                (out / "manifest.json").exists() and listed_folders(out / "manifest.json") is None else \
                 "not made by an edgekit run here (no manifest.json lists it)"
             raise UsageError(f"--out {out} holds {', '.join(foreign)}, named like a stage but {why}; a run would "
                              f"replace it: move it away or choose another --out")
@@ -393,7 +394,7 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                          "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
                 "stages": [], "final": None, "budgets": []}
     ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
-    known = listed_folders(out / "manifest.json")  # an earlier run's folders: listed until this run replaces or
+    known = listed_folders(out / "manifest.json") or set()  # an earlier run's folders: listed until this run replaces or
     # removes them, so that a run stopped (or failed) half-way leaves none that the next would refuse as not made here
     ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"])
     artifact, input_print = source, manifest["model"]["fingerprint"]

@@ -131,7 +131,7 @@ def validate(recipe: dict) -> dict:
     errors = []
     unknown = [k for k in recipe if k not in TOP_KEYS]
     if unknown:
-        errors.append(f"unknown key {', '.join(map(str, unknown))}{meant(unknown[0], TOP_KEYS)}; accepted: "
+        errors.append(f"unknown key {', '.join(f'{k}{meant(k, TOP_KEYS)}' for k in unknown)}; accepted: "
                       f"{', '.join(TOP_KEYS)}")
     if not isinstance(recipe.get("teacher"), str) or not recipe["teacher"]:
         errors.append("teacher must be a model: an asset name (minilm-l6, mpnet-base), a local folder or a hub id")

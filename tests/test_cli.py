@@ -517,6 +517,15 @@ def test_progress_bars_in_a_log_are_whole_lines_every_30_s_and_a_terminal_keeps_
     assert err.splitlines()[-1].startswith("distill: 100%") and all(line.strip() for line in err.splitlines())
     monkeypatch.setenv("TQDM_MININTERVAL", "60")
     assert (progress.bar(total=1).mininterval, progress.bar(total=1).maxinterval) == (60, 60)
+    mine = io.StringIO()  # a caller's own settings win in a log too (they were a TypeError there alone)
+    inner = progress.bar(total=2, file=mine, mininterval=1, position=1, desc="inner")
+    assert inner.mininterval == 1
+    inner.update(2)
+    inner.close()
+    assert "\x1b" not in mine.getvalue() and mine.getvalue().splitlines()[-1].startswith("inner: 100%")
+    monkeypatch.setitem(sys.modules, "ipykernel", type(sys)("ipykernel"))  # a notebook renders \r: redrawn live
+    assert progress.bar(total=1, file=io.StringIO()).mininterval == 0.1
+    monkeypatch.delitem(sys.modules, "ipykernel")
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     monkeypatch.delenv("TQDM_MININTERVAL")
     assert progress.bar(total=1, file=io.StringIO()).mininterval == 0.1  # a terminal redraws as before

@@ -495,3 +495,35 @@ def test_a_manifest_without_schema_gets_each_commands_own_advice(tmp_path, capsy
     assert cli.main(["report", str(tmp_path), "--out", str(tmp_path / "rep")]) == 1
     assert capsys.readouterr().err.rstrip().endswith("(no schema); give a run folder or its manifest.json")  # was
     # gate's --max-size-mb, which report does not take
+
+
+def test_a_refused_report_path_still_replaces_the_other_report(finished, tmp_path, capsys):
+    """A bad --junit path left an earlier passing --json verdict (and the other way round) in place."""
+    verdict, xml = tmp_path / "g.json", tmp_path / "g.xml"
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100", "--json", str(verdict), "--junit", str(xml)]) == 0
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100", "--json", str(verdict),
+                     "--junit", str(tmp_path / "no" / "g.xml")]) == 2
+    said = json.loads(verdict.read_text())
+    assert said["ok"] is False and "its folder does not exist" in said["error"]
+    assert cli.main(["gate", str(finished), "--max-size-mb", "100", "--json", str(tmp_path),
+                     "--junit", str(xml)]) == 2
+    assert ET.parse(xml).getroot().find("testcase/error").get("message").endswith("is a folder; give the path of "
+                                                                                   "the JSON file to write")
+    capsys.readouterr()
+    assert cli.main(["gate", str(finished), "--json", "-", "--junit", str(tmp_path / "no" / "g.xml")]) == 2
+    assert json.loads(capsys.readouterr().out)["ok"] is False  # stdout was empty: jq saw no input
+
+
+def test_a_report_to_a_pipe_is_written_into_it_not_replaced(tmp_path):
+    """--json /dev/stdout, for root: the temp file and rename replaced the device itself with a file."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    gate.report(fifo, '{"ok": true}\n')
+    reader.join(10)
+    assert got == ['{"ok": true}\n'] and stat.S_ISFIFO(fifo.stat().st_mode)

@@ -158,6 +158,9 @@ def test_a_run_never_replaces_or_removes_a_stage_named_folder_it_did_not_make(mo
     (out / "manifest.json").write_text("{bad")  # said as such: it was "no manifest.json lists it"
     with pytest.raises(UsageError, match="holds 01-export, named like a stage but its manifest.json cannot be read"):
         pipeline.run(recipe.load(str(path)), out, progress=False)
+    (out / "manifest.json").write_text('{"schema": 1, "stages": []}')  # readable, and lists none of them
+    with pytest.raises(UsageError, match="holds 01-export, named like a stage but not made by an edgekit run here"):
+        pipeline.run(recipe.load(str(path)), out, progress=False)
 
 
 @pytest.mark.parametrize("name", stages.NAMES)

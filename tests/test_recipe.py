@@ -265,3 +265,9 @@ def test_bench_seq_len_one_past_max_length_is_refused():
 @pytest.mark.parametrize("bound, refused", [(1.5, False), (1.51, True), (1.8, True), (97, True)])
 def test_a_fraction_bound_over_1_5_is_refused_up_front(bound, refused):
     assert bool(recipe.bound_problem("accuracy_retained", bound)) == refused
+
+
+def test_each_unknown_key_gets_its_own_suggestion():
+    with pytest.raises(UsageError) as e:  # the hint followed the list, or was missing when the misspelt key came last
+        recipe.validate({"foo": 1, "mx_length": 2, "teacher": "minilm-l6", "data": "rt-polarity", "stages": ["finetune"]})
+    assert "unknown key foo, mx_length (did you mean max_length?); accepted: name" in str(e.value)

@@ -314,9 +314,9 @@ def test_compare_refuses_an_unsupported_family_first_and_a_config_transformers_c
     assert err.count("\n") == 1 and not (tmp_path / "c").exists()  # before the first model was measured
     assert cli.main(["compare", str(tmp_path / "odd.json"), "--out", str(tmp_path / "c"), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert err == (f"edgekit: error: {tmp_path / 'odd.json'}: transformers cannot build this model (ValueError: The "
-                   f"hidden size (8) is not a multiple of the number of attention heads (3)); fix its config.json or "
-                   f"give another model\n")
+    assert err.startswith(f"edgekit: error: {tmp_path / 'odd.json'}: transformers cannot build this model "
+                          f"(ValueError: ") and err.endswith("); fix its config.json or give another model\n")
+    assert err.count("\n") == 1 and "(8)" in err  # transformers' own words, whatever they are
 
 
 def test_earlier_points_are_only_point_folder_names_never_other_paths(tmp_path):

@@ -203,15 +203,23 @@ class TFLiteRunner:
 @contextlib.contextmanager
 def native_info_dropped():
     """LiteRT's INFO lines ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.", written to file descriptor 2
-    past Python on a signature's first invoke) are dropped; anything else written meanwhile is passed on after it."""
+    past Python on a signature's first invoke) are dropped; anything else written meanwhile is passed on after it.
+    A crash inside loses what the runtime wrote: DEVICE_BENCH_NATIVE_LOG=1 leaves stderr alone."""
     if sys.stderr is not None:
         sys.stderr.flush()
     try:
-        saved = os.dup(2)
-    except OSError:  # stderr closed: nothing to keep apart
+        if os.environ.get("DEVICE_BENCH_NATIVE_LOG") == "1":
+            raise OSError
+        log = tempfile.TemporaryFile()
+    except OSError:  # asked, or no writable temp folder (some Android shells): nothing kept apart
         yield
         return
-    with tempfile.TemporaryFile() as log:
+    with log:
+        try:
+            saved = os.dup(2)
+        except OSError:  # stderr closed
+            yield
+            return
         os.dup2(log.fileno(), 2)
         try:
             yield
@@ -639,5 +647,5 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     print(json.dumps({**{k: result[k] for k in ("latency_ms", "peak_rss_mb", "runtime", "machine")},
-                      "written": str(out)}))  # where the whole result is: --out's default is the current folder
+                      "written": str(out.absolute())}))  # the whole result: --out defaults to the current folder
     return 0

@@ -225,10 +225,10 @@ def quantize_one(source: Path, folder: Path, fmt: str, target: str, settings: di
         report.update(accuracy_drop=drop, max_accuracy_drop=max_drop, met=drop <= max_drop,
                       drop_measured_on=f"validation ({len(examples)} sentences)")
         if drop <= max_drop and (report["method_changes"] or report["kept_float"]) and ctx.progress:
-            kept = f"{mode} INT8" if mode != "fp16" else "fp16"  # the line above named the mode tried first
-            if report["kept_float"]:
+            kept, tried = (f"{m} INT8" if m != "fp16" else "fp16" for m in (mode, settings["mode"]))  # the line
+            if report["kept_float"]:  # above named the mode tried first
                 kept = f"{kept} with {len(report['kept_float'])} sensitive node(s) in float"
-            print(f"  {target}-{fmt}: {settings['mode']} INT8 lost {report['first_drop']:.4f} of validation accuracy "
+            print(f"  {target}-{fmt}: {tried} lost {report['first_drop']:.4f} of validation accuracy "
                   f"(quantize.max_accuracy_drop {max_drop:g}); kept {kept}, which loses {drop:.4f}", file=sys.stderr,
                   flush=True)
         if drop > max_drop:  # said, not refused: the accuracy budget decides
