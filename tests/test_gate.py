@@ -361,7 +361,8 @@ def test_every_refusal_replaces_the_ci_reports_and_odd_paths_still_give_valid_ju
         assert cli.main(["gate", str(run), "--max-size-mb", "0.001", "--junit", str(report)]) == 3
         suite = ET.parse(report).getroot()  # it was not well-formed, or a UnicodeEncodeError traceback
         assert suite.get("failures") == "1" and ("\\x01" in suite.get("name") or "\\udcff" in suite.get("name"))
-    assert summary.read_text(encoding="utf-8").count("### edgekit gate") == 5  # 2 refusals, 1 pass, 2 odd paths
+    assert summary.read_text(encoding="utf-8").count("### edgekit gate") == 6  # 3 refusals (one of a --junit
+    # folder: said in the summary too), 1 pass, 2 odd paths
 
 
 def test_a_run_of_an_older_edgekit_is_gated_on_its_counts_not_its_rounded_ratio(finished, capsys):
