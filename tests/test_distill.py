@@ -328,3 +328,91 @@ def test_an_augment_model_folder_that_is_not_there_is_refused_before_any_stage(t
     with pytest.raises(EdgekitError, match="gone"):
         pipeline.run(r, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "finetune").exists()
+
+
+# Mutation audit 3c: the loss formulas and their weights. The tests above checked each term was finite, positive and
+# had a gradient, so a cosine that pushed the student away (1 + cos), MSE read as L1, attention scaled by the head
+# count or padded keys counted, PKD on lengths, KD without T², alpha's complement and TinyBERT's two phases mixed all
+# passed.
+def test_layer_map_takes_its_own_depth_and_refuses_a_longer_list():
+    assert distill_losses.layer_map("last", 4, 4) == [0, 1, 2, 3]
+    with pytest.raises(EdgekitError, match="layer_map"):
+        distill_losses.layer_map([0, 1, 5], 2, 6)
+
+
+def test_loss_terms_are_the_formulas_the_docs_state():
+    from edgekit import training
+
+    torch.manual_seed(0)
+    x, real = torch.randn(2, 3, 8), torch.tensor([[1, 1, 1], [1, 1, 0]]).bool()
+    assert distill_losses.hidden_cosine(x, x, real).item() == pytest.approx(0, abs=1e-6)
+    assert distill_losses.hidden_cosine(x, -x, real).item() == pytest.approx(2, abs=1e-6)
+    s, t = torch.zeros(1, 3, 4), torch.full((1, 3, 4), 2.0)
+    t[0, 2] = 100.0  # a padded token does not count
+    assert distill_losses.hidden_mse(s, t, torch.tensor([[1, 1, 0]]).bool()).item() == pytest.approx(4.0)
+    probs, real = torch.softmax(torch.randn(1, 4, 3, 3), -1), torch.tensor([[1, 1, 0]]).bool()
+    off = probs.clone()
+    off[..., 2] += 5.0  # only the padded key column differs
+    assert distill_losses.attention_mse(off, probs, real).item() == pytest.approx(0.0)
+    assert distill_losses.attention_mse(probs + 1.0, probs, real).item() == pytest.approx(1.0)  # 4 heads, each off by 1
+    cls = torch.randn(3, 8)
+    assert distill_losses.pkd_cls(5 * cls, cls).item() == pytest.approx(0.0, abs=1e-6)  # directions, not lengths
+    assert distill_losses.pkd_cls(-cls, cls).item() == pytest.approx(4.0, abs=1e-5)
+    s, t, temperature = torch.tensor([[1.0, -1.0, 0.5]]), torch.tensor([[0.2, 0.3, -2.0]]), 4.0
+    kl = (torch.softmax(t / temperature, -1) * (torch.log_softmax(t / temperature, -1)
+                                                - torch.log_softmax(s / temperature, -1))).sum()
+    assert training.soft_label_kd(s, t, temperature).item() == pytest.approx((kl * temperature ** 2).item(), rel=1e-5)
+
+
+def recorded_weights(monkeypatch) -> list:
+    seen, real = [], distill.loss_fn
+    monkeypatch.setattr(distill, "loss_fn", lambda w, *a, **k: seen.append(dict(w)) or real(w, *a, **k))
+    return seen
+
+
+def test_alpha_weighs_kd_and_its_complement_ce(model_dir, csv_file, tmp_path, monkeypatch):
+    seen = recorded_weights(monkeypatch)  # every other test ran alpha 0.5, where both mixes agree
+    distill.run(Artifact(model_dir, "hf"), tmp_path, context(csv_file, model_dir), epochs=0.2, batch_size=16,
+                alpha=0.8)
+    assert seen[-1]["kd"] == pytest.approx(0.8) and seen[-1]["ce"] == pytest.approx(0.2)
+
+
+def test_two_phases_keep_layer_terms_and_prediction_terms_apart(model_dir, csv_file, tmp_path, monkeypatch):
+    seen = recorded_weights(monkeypatch)
+    distill.run(Artifact(model_dir, "hf"), tmp_path, context(csv_file, model_dir), epochs=0.2,
+                intermediate_epochs=0.2, batch_size=16, hidden=1.0)
+    first, second = seen
+    assert first["kd"] == first["ce"] == 0 and first["hidden"] == 1 and first["cosine"] == 1
+    assert second["hidden"] == second["cosine"] == 0 and second["kd"] == second["ce"] == 0.5
+
+
+def layer_loss(model_dir, csv_file, weights: dict, student=None):
+    import copy
+
+    teacher = families.load_model(model_dir)
+    teacher.set_attn_implementation("eager")
+    student = student or copy.deepcopy(teacher)
+    enc = data.encode(families.load_tokenizer(model_dir), data.load(str(csv_file)).train[:16], 32)
+    w = {**dict.fromkeys(("kd", "ce", *distill.INTERMEDIATE), 0.0), **weights}
+    pairs = [0, 1, 2, 3]
+    view = distill.TeacherView(teacher, enc, 0, distill.needs(w, pairs, 4), False, 1024, False)
+    return distill.loss_fn(w, pairs, 4, 2.0, None, None, view)(student.eval(), next(data.batches(enc, 16, 0)))
+
+
+@pytest.mark.parametrize("term", ["hidden", "attention", "cosine", "pkd"])
+def test_each_student_layer_is_matched_to_its_teacher_layer(model_dir, csv_file, term):
+    """A copy of the teacher loses nothing: a term read one layer off (hidden_states[j] for j + 1, the last
+    attention map for each, the second last hidden state for the last) did not."""
+    assert layer_loss(model_dir, csv_file, {term: 1.0}).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_per_layer_terms_are_averaged_over_the_layers(model_dir, csv_file, monkeypatch):
+    monkeypatch.setattr(distill_losses, "hidden_mse", lambda *a, **k: torch.tensor(1.0))
+    assert layer_loss(model_dir, csv_file, {"hidden": 2.0}).item() == pytest.approx(2.0)  # 4 layers: was 8
+
+
+def test_tokens_align_only_when_every_sentence_tokenizes_the_same(model_dir):
+    tok = families.load_tokenizer(model_dir)
+    a, b, c = (tok(t)["input_ids"] for t in ("a fine film", "a bad film", "a fine film ok"))
+    assert distill.tokens_align(tok, tok, [(a, 0), (b, 0)], [(a, 0), (b, 0)])
+    assert not distill.tokens_align(tok, tok, [(a, 0), (b, 0)], [(a, 0), (c, 0)])

@@ -462,3 +462,25 @@ def test_a_config_that_transformers_or_edgekit_would_not_run_as_written_is_refus
         pipeline.resolve_model(str(folder))
     with pytest.raises(EdgekitError, match=re.escape(message)):
         families.load_model(folder)
+
+
+def test_mpnet_with_more_relative_buckets_is_refused_too(tmp_path):
+    folder = make_model_dir(tmp_path / "m", "mpnet")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "relative_attention_num_buckets": 64}))
+    with pytest.raises(EdgekitError, match="relative_attention_num_buckets 64"):  # only 16 was tested
+        families.load_model(folder)
+
+
+def test_a_one_row_token_type_table_has_no_segments():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=16, type_vocab_size=1))
+    assert not families.uses_segments(model)
+
+
+def test_a_student_of_a_teacher_pruned_per_layer_takes_its_layers_shapes(tmp_path):
+    teacher = families.load_model(make_model_dir(tmp_path / "t"))
+    prune_model(teacher, [1.0, 0.5, 1.0, 0.25], 1.0)  # the tests before pruned every layer alike
+    assert families.student_from_teacher(teacher, [1, 3]).config.edgekit_shapes["heads"] == [2, 1]

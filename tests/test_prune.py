@@ -418,3 +418,18 @@ def test_long_steps_show_progress_and_the_training_bar_keeps_to_its_rate_limit(m
     steps = 2 * 3 * -(-len(ctx.splits.train) // 4)  # 3 epochs of recovery per step, batches of 4
     recovery = [line for line in err.splitlines() if "prune recovery" in line]  # a log: a bar's lines
     assert steps > 200 and len(recovery) < steps / 4  # a redraw per step was > steps
+
+
+def test_global_scope_normalises_each_layers_scores():
+    """Michel et al.: a layer of large raw scores took the whole budget without the per-layer norm."""
+    t = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    assert prune.keep_counts([t * 8, t], 0.5, 4, "global") == [2, 2]
+
+
+def test_iterative_steps_prune_a_share_each_step(model_dir, csv_file, tmp_path, monkeypatch):
+    """steps: 2 with all the pruning in the first step ended with the same counts, so it passed."""
+    seen, real = [], prune.prune_model
+    monkeypatch.setattr(prune, "prune_model", lambda m, h, f, *a, **k: seen.append((h, f)) or real(m, h, f, *a, **k))
+    ctx = Context(data.load(str(csv_file)), Artifact(model_dir, "hf"), 0, 32, False)
+    prune.run(Artifact(model_dir, "hf"), tmp_path, ctx, heads_keep=0.25, ffn_keep=0.25, steps=2, importance="magnitude")
+    assert [h for h, _ in seen] == pytest.approx([0.5, 0.25]) and [f for _, f in seen] == pytest.approx([0.5, 0.25])
