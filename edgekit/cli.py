@@ -120,7 +120,8 @@ def os_problem(e: OSError, command: str = "compress") -> str:
         return f"cannot write{where}: {e.strerror}; free space, then run the same command again{kept}"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         other = {"bench": "; edgekit bench writes its results into the run folder: bench a copy you can write",
-                 "gate": "; give --junit and --json paths you can write"}.get(command, " (--out)" if command in OUTS else "")
+                 "gate": "; give --junit and --json paths you can write"}.get(command,
+                                                                               " (--out)" if command in OUTS else "")
         return f"not allowed to write or read{where} ({e.strerror}); fix its permissions or choose another folder{other}"
     if e.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
         return f"{where.strip()} is in the way ({e.strerror}); give a path where a file or folder stands for itself"
@@ -347,8 +348,8 @@ def summary(manifest: dict) -> str:
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
         threads = final.get("bench_threads")
-        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {threads} thread{'' if threads == 1 else 's'}, "
-                    f"{final.get('bench_seq_len')} tokens")
+        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {threads} thread"
+                    f"{'' if threads == 1 else 's'}, {final.get('bench_seq_len')} tokens")
     for b in manifest["budgets"]:
         where = f"{b['artifact']}: " if "artifact" in b else ""
         verdict = "ok" if b["ok"] else "NOT MEASURED: add the stage that measures it" if b["actual"] is None \

@@ -14,9 +14,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edgekit import families
-from edgekit.progress import bar as progress_bar
 from edgekit.artifact import weights_mb, write_json, write_text
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.progress import bar as progress_bar
 
 # The published base configurations (as in each model's config.json on the hub), written out: no download.
 FAMILY_CONFIGS = {

@@ -827,7 +827,7 @@ def summary(target: str, entry: dict) -> str:
     head = (f"{called(target, entry['kind'], entry['emulated'])}: {r.get('runtime')}"
             f"{' ' + r['runtime_version'] if r.get('runtime_version') else ''}{' on ' + machine if machine else ''}"
             f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}"
-            f"{', ' + str(r['threads']) + (' thread' if r['threads'] == 1 else ' threads') if r.get('threads') else ''}")
+            f"{', ' + str(r['threads']) + ' thread' + ('' if r['threads'] == 1 else 's') if r.get('threads') else ''}")
     parts = [f"size {m['size_mb']} MB" if m.get("size_mb") is not None else "",
              f"load {r['load_s']} s" if r.get("load_s") is not None else "",
              f"latency p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"

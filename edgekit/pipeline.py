@@ -394,8 +394,9 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
                          "sizes": {s: len(getattr(splits, s)) for s in ("train", "validation", "test")}},
                 "stages": [], "final": None, "budgets": []}
     ours = {f"{i:02d}-{name}" for i, name in enumerate(recipe["stages"], 1)}
-    known = listed_folders(out / "manifest.json") or set()  # an earlier run's folders: listed until this run replaces or
-    # removes them, so that a run stopped (or failed) half-way leaves none that the next would refuse as not made here
+    known = listed_folders(out / "manifest.json") or set()  # an earlier run's folders: listed until this run
+    # replaces or removes them, so that a run stopped (or failed) half-way leaves none that the next would refuse as
+    # not made here
     ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"])
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print

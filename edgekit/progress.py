@@ -47,7 +47,7 @@ def seconds(name: str, default: float) -> float:
         return default
 
 
-def columns() -> bool:
+def has_width() -> bool:
     """Whether stderr's terminal has a width (a pseudo-terminal of 0 columns, as some CI containers have, drew every
     bar as an empty line)."""
     try:
@@ -59,7 +59,7 @@ def columns() -> bool:
 def bar(iterable=None, **settings) -> tqdm:
     """tqdm(iterable, **settings) on stderr, as the module docstring says."""
     if live():
-        return tqdm(iterable, **{"dynamic_ncols": columns(), **settings})
+        return tqdm(iterable, **{"dynamic_ncols": has_width(), **settings})
     if sys.stderr is None:  # started with stderr closed: nowhere to draw
         return tqdm(iterable, **{**settings, "disable": True})
     every = seconds("TQDM_MININTERVAL", LOG_S)

@@ -232,7 +232,8 @@ def check_onnx(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:
-        raise EdgekitError(f"{path} is not a valid ONNX model ({str(e).splitlines()[0][:160]}); re-export it") from None
+        raise EdgekitError(f"{path} is not a valid ONNX model ({str(e).splitlines()[0][:160]}); "
+                           f"re-export it") from None
 
 
 class SidecarTokenizer:
