@@ -83,6 +83,13 @@ def build(spec: str):
     return (families.load_model(folder) if folder else AutoModelForSequenceClassification.from_config(config)), folder
 
 
+def unbuildable(spec: str, e: Exception) -> EdgekitError:
+    """transformers' own refusal of a config's shape (hidden size 8 over 3 heads), in one line: it was a traceback."""
+    reason = " ".join(str(e).split())[:200]
+    return EdgekitError(f"{spec}: transformers cannot build this model ({type(e).__name__}: {reason}); fix its "
+                        f"config.json or give another model")
+
+
 def check(spec: str, seq_len: int) -> None:
     """What can be told of a spec before anything is measured: that it is there and whole, and takes seq_len."""
     config, _ = source(spec)
@@ -90,6 +97,16 @@ def check(spec: str, seq_len: int) -> None:
         families.family(config)
     except EdgekitError as e:
         raise EdgekitError(f"{spec}: {e}") from None
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    try:  # built on the meta device (no memory, no weights, milliseconds): a shape transformers refuses is said
+        with torch.device("meta"):  # before the first model is measured, not after the models before it
+            AutoModelForSequenceClassification.from_config(config)
+    except (ValueError, TypeError) as e:
+        raise unbuildable(spec, e) from None
+    except Exception:  # a constructor that needs real tensors: measure builds the model for real, and says why
+        pass
     if seq_len > families.max_tokens(config):
         raise UsageError(f"--seq-len {seq_len} is longer than {spec} takes ({families.max_tokens(config)} tokens); "
                          f"lower --seq-len")
@@ -103,10 +120,8 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
     try:
         model, source = build(spec)
-    except (ValueError, TypeError) as e:  # transformers' own check of a config's shape (hidden 8 over 3 heads),
-        reason = " ".join(str(e).split())[:200]  # with a traceback
-        raise EdgekitError(f"{spec}: transformers cannot build this model ({type(e).__name__}: {reason}); fix its "
-                           f"config.json or give another model") from None
+    except (ValueError, TypeError) as e:
+        raise unbuildable(spec, e) from None
     row = {"model": spec, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)}
     names = families.label_names(model.config)
     if source is not None and data is not None:

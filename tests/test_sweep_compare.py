@@ -312,8 +312,9 @@ def test_compare_refuses_an_unsupported_family_first_and_a_config_transformers_c
     err = capsys.readouterr().err
     assert err.startswith(f"edgekit: error: {tmp_path / 'gpt2.json'}: model type 'gpt2' is not supported")
     assert err.count("\n") == 1 and not (tmp_path / "c").exists()  # before the first model was measured
-    assert cli.main(["compare", str(tmp_path / "odd.json"), "--out", str(tmp_path / "c"), "--quiet"]) == 1
-    err = capsys.readouterr().err
+    assert cli.main(["compare", str(model_dir), str(tmp_path / "odd.json"), "--out", str(tmp_path / "c")]) == 1
+    err = capsys.readouterr().err  # said before the first model was measured (it was after it)
+    assert not (tmp_path / "c").exists()
     assert err.startswith(f"edgekit: error: {tmp_path / 'odd.json'}: transformers cannot build this model "
                           f"(ValueError: ") and err.endswith("); fix its config.json or give another model\n")
     assert err.count("\n") == 1 and "(8)" in err  # transformers' own words, whatever they are
