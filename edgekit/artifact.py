@@ -149,6 +149,12 @@ def write_json(path: Path, obj) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half."""
+    """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half. A pipe,
+    a terminal or a device (gate --json /dev/stdout) is written into as it is: the rename replaced /dev/stdout itself
+    with a file, for root."""
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
     with through_temp(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

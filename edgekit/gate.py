@@ -325,18 +325,8 @@ def write_reports(rows: list, title: str, junit_file: str = None, error: str = N
         except OSError as e:  # the verdict stands; the summary is a courtesy
             print(f"edgekit: warning: cannot append to GITHUB_STEP_SUMMARY {summary} ({e.strerror})", file=sys.stderr)
     if junit_file:
-        report(Path(junit_file), junit(rows, title, error))
+        artifact.write_text(Path(junit_file), junit(rows, title, error))
     if json_file == "-":
         sys.stdout.write(as_json(rows, title, error))
     elif json_file:
-        report(Path(json_file), as_json(rows, title, error))
-
-
-def report(path: Path, text: str) -> None:
-    """A file through a temp and a rename; a pipe, a terminal or a device (/dev/stdout) written to as it is (the
-    rename replaced /dev/stdout itself with a file, for root)."""
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        artifact.write_text(path, text)
+        artifact.write_text(Path(json_file), as_json(rows, title, error))

@@ -525,6 +525,6 @@ def test_a_report_to_a_pipe_is_written_into_it_not_replaced(tmp_path):
     got = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
     reader.start()
-    gate.report(fifo, '{"ok": true}\n')
+    gate.artifact.write_text(fifo, '{"ok": true}\n')  # (gate's reports go through it)
     reader.join(10)
     assert got == ['{"ok": true}\n'] and stat.S_ISFIFO(fifo.stat().st_mode)
