@@ -212,6 +212,79 @@ def test_ctrl_c_is_one_line_and_leaves_the_earlier_result(exported, tmp_path, mo
     assert out.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
+def test_a_failed_run_says_the_result_at_out_is_an_earlier_runs(exported, alone, tmp_path):
+    out = alone / "result.json"
+    out.write_text('{"complete": true}')  # an earlier run's, same model: edgekit would merge it
+    for args, code in (([str(alone / "nothing.onnx")], 1), ([str(exported["onnx"]), "--data", str(tmp_path / "no.csv")], 1)):
+        done = run_runner([*args, "--out", str(out), "--runs", "2", "--warmup", "0"], cwd=alone)
+        assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.rstrip().endswith(f"({out} is an earlier run's result, not this one's)"), done.stderr
+    assert out.read_text() == '{"complete": true}'
+    out.unlink()
+    done = run_runner([str(alone / "nothing.onnx"), "--out", str(out)], cwd=alone)
+    assert done.returncode == 1 and "earlier run" not in done.stderr and not out.exists()
+
+
+def test_out_a_pipe_is_written_into_not_replaced(exported, tmp_path, monkeypatch, capsys):
+    import os
+    import stat
+    import threading
+
+    runner = devices.runner_module()
+    fifo = tmp_path / "pipe"  # as --out /dev/stdout is: the rename replaced /dev/stdout itself, for root
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    monkeypatch.setattr(runner.os, "access", lambda path, mode: Path(path) == fifo)  # /dev, not writable: no matter
+    assert runner.main([str(exported["onnx"]), "--out", str(fifo), "--runs", "2", "--warmup", "0"]) == 0
+    reader.join(30)
+    assert json.loads(got[0])["complete"] is True and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temp file beside it
+    monkeypatch.setattr(runner.os, "access", lambda path, mode: False)
+    with pytest.raises(SystemExit):
+        runner.main([str(exported["onnx"]), "--out", str(fifo)])
+    assert f"--out {fifo} cannot be written by this user" in capsys.readouterr().err
+
+
+def python_of(version: str):
+    """An interpreter of this Python version on PATH or under pyenv (whose shims exist and fail for other versions)."""
+    found = [shutil.which(f"python{version}")] + sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python"))
+    for python in filter(None, found):
+        done = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip() == version:
+            return str(python)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.9", "3.10"])
+def test_the_runner_installs_and_runs_on_the_oldest_pythons_it_declares(exported, tmp_path, version):
+    """pyproject says requires-python >= 3.9: pip install of the runner's folder there (numpy, tokenizers and both
+    runtimes from the package index, about 30 s), then each format measured and predicted as edgekit predicts."""
+    python = python_of(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on PATH or under pyenv")
+    shutil.copytree(RUNNER, tmp_path / "src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run([python, "-m", "venv", str(tmp_path / "venv")], check=True)
+    venv = str(tmp_path / "venv" / "bin" / "python")
+    pip = subprocess.run([venv, "-m", "pip", "install", "-q", f"{tmp_path / 'src'}[onnx,tflite]"], capture_output=True,
+                         text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    with open(exported["data"]) as f:
+        texts = [row["text"] for row in csv.DictReader(f)]
+    for fmt in ("onnx", "tflite", "tflite-int8"):
+        out = tmp_path / f"{fmt}.json"
+        done = run_runner([str(exported[fmt]), "--data", str(exported["data"]), "--out", str(out), "--runs", "3",
+                           "--warmup", "1", "--batch", "2"], cwd=tmp_path, python=venv)  # the installed package
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        r = json.loads(out.read_text())
+        assert r["python"].startswith(version + ".") and r["complete"] is True
+        model = runtime.load(exported[fmt])
+        assert r["predictions"] == [model.labels.index(label) for label in model(texts)["labels"]]
+
+
 def test_a_header_without_the_columns_says_what_it_has(tmp_path):
     runner = devices.runner_module()
     (tmp_path / "t.csv").write_text("sentence,polarity\ngood,pos\n")

@@ -7,7 +7,8 @@ It imports only numpy, `tokenizers` and one runtime (onnxruntime for .onnx, ai-e
 copying this folder to a device with those packages is enough. Measured, in this order: load time and the memory
 after loading; latency p50/p90/p99 at batch 1 and a fixed sequence length after warm-up; throughput at batch 1
 and at batch N; latency on real sentences with tokenization included and accuracy (when --data is given);
-peak RSS (VmHWM). The result is written once, at the end, through a temporary file: a failed run leaves none.
+peak RSS (VmHWM). The result is written once, at the end, through a temporary file: a failed run writes none, and
+its error says so when an earlier run's result is at --out. A pipe or a device (--out /dev/stdout) is written into.
 Unknown sidecar keys are ignored.
 """
 import argparse
@@ -571,16 +572,26 @@ def model_file(path: Path) -> Path:
 
 
 def write_result(path: Path, result: dict) -> None:
+    into = path.exists() and not path.is_file()  # a pipe or a device (--out /dev/stdout): the rename replaced it, for root
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(result, indent=2))
-        os.replace(tmp, path)
+        if into:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(json.dumps(result, indent=2))
+        else:
+            tmp.write_text(json.dumps(result, indent=2))
+            os.replace(tmp, path)
     except BaseException as e:  # a full disk, a folder that went away, Ctrl-C: no half-written file left
         with contextlib.suppress(OSError):  # a read-only folder refuses the unlink too
             tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise BenchError(f"cannot write {path} ({e.strerror}); free space or give another --out, then run again")
         raise
+
+
+def earlier(out: Path) -> str:
+    """Said after a failed run's error: a result file already at --out is an earlier run's, not this one's."""
+    return f" ({out} is an earlier run's result, not this one's)" if out.is_file() else ""
 
 
 class Parser(argparse.ArgumentParser):
@@ -622,10 +633,13 @@ def main(argv=None) -> int:
     out = Path(args.out)  # checked before the benchmark runs, not after it
     if out.is_dir():
         p.error(f"--out {args.out} is a folder; give the path of the result JSON file")
-    if not out.absolute().parent.is_dir():
+    if out.exists() and not out.is_file():  # a pipe or a device: written into, whatever its folder allows
+        if not os.access(out, os.W_OK):
+            p.error(f"--out {args.out} cannot be written by this user; give a file path or a pipe this user can write")
+    elif not out.absolute().parent.is_dir():
         p.error(f"--out {args.out}: folder {out.absolute().parent} does not exist; create it or give a path in a "
                 f"folder that exists")
-    if not os.access(out.absolute().parent, os.W_OK):
+    elif not os.access(out.absolute().parent, os.W_OK):
         p.error(f"--out {args.out}: folder {out.absolute().parent} is not writable (a read-only file system or "
                 f"permissions); give a path in a folder this user can write")
     try:
@@ -636,11 +650,11 @@ def main(argv=None) -> int:
         result = bench(model, meta, args)
         write_result(out, result)
     except BenchError as e:
-        print(f"device_bench: error: {e}", file=sys.stderr)
+        print(f"device_bench: error: {e}{earlier(out)}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"device_bench: error: out of memory (loading the model or data, or the batch of {args.batch}); free "
-              f"memory on the device, or give a smaller --batch or --seq-len", file=sys.stderr)
+              f"memory on the device, or give a smaller --batch or --seq-len{earlier(out)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("device_bench: interrupted; no result written (any earlier --out file is as it was); run again",
