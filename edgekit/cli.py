@@ -313,23 +313,20 @@ def summary(manifest: dict) -> str:
     from edgekit import gate, report
     from edgekit.stages.evaluate import worst_class
 
-    def fmt(v, spec):
-        return "" if v is None else format(v, spec)
-
     rows = ["| stage | seconds | params | size MB | accuracy | latency p50 ms |", "|---|---:|---:|---:|---:|---:|"]
     for s in manifest["stages"]:
         m = s["metrics"]
-        params = report.params_text(m["params"]) if m.get("params") else ""
         seconds = f"{s['seconds']:.0f}" + (" (reused)" if s.get("reused") else "")
-        rows.append(f"| {s['name']} | {seconds} | {params} | {fmt(m.get('size_mb'), '.2f')} | "
-                    f"{fmt(m.get('accuracy'), '.4f')} | {fmt(m.get('latency_ms_p50'), '.2f')} |")
+        rows.append(f"| {s['name']} | {seconds} | {report.number(m.get('params') or None, 'params')} | "
+                    f"{report.number(m.get('size_mb'), 'MB')} | {report.number(m.get('accuracy'))} | "
+                    f"{report.number(m.get('latency_ms_p50'), 'ms')} |")
     final = manifest["final"]["metrics"]
     if manifest["final"].get("outputs"):  # one artifact per target and format
         rows += ["", "| artifact | path | size MB | accuracy | latency p50 ms |", "|---|---|---:|---:|---:|"]
         for name, o in manifest["final"]["outputs"].items():
             m = o["metrics"]
-            rows.append(f"| {name} | {o['path']} | {fmt(m.get('size_mb'), '.2f')} | {fmt(m.get('accuracy'), '.4f')} | "
-                        f"{fmt(m.get('latency_ms_p50'), '.2f')} |")
+            rows.append(f"| {name} | {o['path']} | {report.number(m.get('size_mb'), 'MB')} | "
+                        f"{report.number(m.get('accuracy'))} | {report.number(m.get('latency_ms_p50'), 'ms')} |")
     rows.append("")
     majority = f" (always the commonest class: {final['majority_accuracy']:.4f})" if "majority_accuracy" in final \
         else ""

@@ -36,6 +36,7 @@ import yaml
 from edgekit import assets, gate, pipeline, recipe as recipes
 from edgekit.artifact import weight_files, write_json
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.report import number
 
 KINDS = ("local", "ssh", "adb", "qemu-arm64", "manual")
 BUILT_IN = ("local", "qemu-arm64", "manual")  # target names that need no description
@@ -828,18 +829,18 @@ def summary(target: str, entry: dict) -> str:
             f"{' ' + r['runtime_version'] if r.get('runtime_version') else ''}{' on ' + machine if machine else ''}"
             f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}"
             f"{', ' + str(r['threads']) + ' thread' + ('' if r['threads'] == 1 else 's') if r.get('threads') else ''}")
-    parts = [f"size {m['size_mb']} MB" if m.get("size_mb") is not None else "",
-             f"load {r['load_s']} s" if r.get("load_s") is not None else "",
-             f"latency p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"
+    parts = [f"size {number(m['size_mb'], 'MB')} MB" if m.get("size_mb") is not None else "",
+             f"load {number(r['load_s'], 's')} s" if r.get("load_s") is not None else "",
+             f"latency p50/p90/p99 {'/'.join(number(lat.get(q), 'ms') or '?' for q in ('p50', 'p90', 'p99'))} ms"
              f"{' at ' + str(r['seq_len']) + ' tokens' if r.get('seq_len') else ''}",
-             f"peak RSS {m['peak_rss_mb']} MiB" if m.get("peak_rss_mb") is not None else "",
+             f"peak RSS {number(m['peak_rss_mb'], 'MiB')} MiB" if m.get("peak_rss_mb") is not None else "",
              "throughput " + ", ".join(f"{v:g}/s at {k}" for k, v in r["throughput"].items()).replace("_", " ")
              if r.get("throughput") else ""]
     rows = [head, "  " + ", ".join(p for p in parts if p)]
     if m.get("accuracy") is not None:
         retained = m.get("accuracy_retained")
-        rows.append(f"  accuracy {m['accuracy']:.4f} on {r.get('examples', '?')} sentences"
-                    f"{'' if retained is None else f' (retained {retained:.4f})'}")
+        rows.append(f"  accuracy {number(m['accuracy'])} on {r.get('examples', '?')} sentences"
+                    f"{'' if retained is None else f' (retained {number(retained)})'}")
     elif r.get("note"):
         rows.append(f"  {r['note']}")
     return "\n".join(rows + gate.lines(entry["budgets"]))

@@ -7,6 +7,7 @@ per layer after pruning against the heads each layer had.
 import base64
 import html
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -142,9 +143,26 @@ def pareto(pts: list) -> list:
                                       and q[5:6] == p[5:6] for q in pts)]
 
 
-def size_text(mb: float) -> str:
-    """3 significant figures: 0.085, 0.113 MB (one decimal read 0.1 for every tiny model), 17.5, 438 MB."""
-    return f"{mb:.3g}" if mb < 1000 else f"{mb:.0f}"
+def unit_of(metric: str) -> str:
+    """The unit number() takes for a metric's name: peak_rss_mb MiB, size_mb MB, latency_ms_* ms, others none."""
+    return "MiB" if "rss" in metric else "MB" if metric.endswith("_mb") else "ms" if "_ms" in metric else ""
+
+
+def number(value, unit: str = "") -> str:
+    """A number as every table and summary shows it: accuracy and other fractions 4 places (0.8129); MB, ms and s
+    2 places (17.51, 5.03), or 3 significant figures under 1 (0.0662 MB for a tiny model, where 2 places read 0.07 for
+    all of them), and so millions of parameters ("M"); MiB of memory 1 place; a parameter count as 22.7M or 85k. Empty for what was not measured. (gate shows
+    as many places as the budget's verdict needs: gate.number.)"""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    if unit == "params":
+        return params_text(value)
+    if unit == "MiB":
+        return f"{value:.1f}"
+    if unit in ("MB", "ms", "s", "M"):
+        small = 0 < abs(value) < 0.995  # 3 significant figures, trailing zeros kept: 0.500, 0.0662
+        return f"{value:.{2 - math.floor(math.log10(abs(value))) if small else 2}f}"
+    return f"{value:.4f}"
 
 
 def pyplot():
@@ -171,7 +189,7 @@ def plot_tradeoff(pts: list, path: Path) -> None:
     biggest = max(p[3] for p in pts) or 1.0
     for i, (label, acc, lat, size, _, tokens) in enumerate(pts):  # area relative to the largest: small ones differ
         ax.scatter(lat, acc, s=30 + 600 * size / biggest, alpha=0.55,
-                   label=f"{i + 1}: {label} ({size_text(size)} MB{'' if one else f', {tokens} tokens'})")
+                   label=f"{i + 1}: {label} ({number(size, 'MB')} MB{'' if one else f', {tokens} tokens'})")
         ax.annotate(str(i + 1), (lat, acc), textcoords="offset points", xytext=(6, 6), fontsize=9)
     for n, tokens in enumerate(lengths):  # ringed points: a front of one point shows too
         front = sorted((p for p in pareto(pts) if p[5] == tokens), key=lambda p: p[2])
@@ -250,8 +268,8 @@ def build(run_dirs: list, out: Path) -> Path:
         for s in manifest["stages"]:
             m = s["metrics"]
             md.append(f"| {s['name']} | {s['seconds']:.0f}{' (reused)' if s.get('reused') else ''} | "
-                      f"{_fmt(m.get('params'), 'M')} | {_fmt(m.get('size_mb'))} | {_fmt(m.get('accuracy'), 'acc')} | "
-                      f"{_fmt(m.get('latency_ms_p50'))} | `{s['output']['path']}` |")
+                      f"{number(m.get('params'), 'params')} | {number(m.get('size_mb'), 'MB')} | {number(m.get('accuracy'))} | "
+                      f"{number(m.get('latency_ms_p50'), 'ms')} | `{s['output']['path']}` |")
         md += ["", "| budget | actual | ok |", "|---|---:|---|"]  # rows as gate prints them: artifact, interval
         md += [f"| {gate.label(b)} {b['op']} {b['target']:g} | {gate.number(b)}{gate.notes(b)} | "
                f"{'yes' if b['ok'] else '**no**'} |" for b in manifest["budgets"]]
@@ -262,8 +280,7 @@ def build(run_dirs: list, out: Path) -> Path:
                 continue
             ran = f" ran `{result['model']}`" if result.get("model") else ""
             md += ["", f"Target `{target}`{' (emulated)' if result.get('emulated') else ''}{ran}: "
-                   + ", ".join(f"{k} {round(v, 4) if isinstance(v, float) else v}"
-                               for k, v in result.get("metrics", {}).items())]
+                   + ", ".join(f"{k} {number(v, unit_of(k))}" for k, v in result.get("metrics", {}).items())]
         pruned = next((s["metrics"] for s in manifest["stages"] if s["metrics"].get("heads_kept")), None)
         if pruned:
             png = out / f"heads-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.png"  # a markdown link ends at a space
@@ -280,7 +297,7 @@ def build(run_dirs: list, out: Path) -> Path:
         md += ["## Accuracy against latency", "", "![accuracy against latency](tradeoff.png)", "",
                "| artifact | accuracy | split | latency p50 ms | tokens | size MB | Pareto |",
                "|---|---:|---|---:|---:|---:|---|"]
-        md += [f"| {p[0]} | {p[1]:.4f} | {p[4]} | {p[2]:.2f} | {p[5] or ''} | {size_text(p[3])} | "
+        md += [f"| {p[0]} | {number(p[1])} | {p[4]} | {number(p[2], 'ms')} | {p[5] or ''} | {number(p[3], 'MB')} | "
                f"{'yes' if p in front else ''} |" for p in pts]
         for (manifest, run), name in zip(runs, names):
             if note := peers_note(name, manifest, run):
@@ -306,7 +323,7 @@ def build(run_dirs: list, out: Path) -> Path:
         images.append(out / "sizes.png")
         md += ["## Size breakdown", "", "![size breakdown](sizes.png)", "",
                "| artifact | " + " | ".join(f"{p} MB" for p in PARTS) + " |", "|---|" + "---:|" * len(PARTS)]
-        md += [f"| {k} | " + " | ".join(f"{v[p]:.2f}" for p in PARTS) + " |" for k, v in sizes.items()]
+        md += [f"| {k} | " + " | ".join(number(v[p], "MB") for p in PARTS) + " |" for k, v in sizes.items()]
     if left_out:
         md += ["", f"Not in the size breakdown (it reads ONNX files and transformers folders): {', '.join(left_out)}"]
     if absent:
@@ -338,12 +355,6 @@ def per_class_table(manifest: dict) -> list:
 def params_text(n) -> str:
     """42k, 1.4M: as compress's summary writes a parameter count (0.0M told nothing for a tiny model)."""
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.0f}k"
-
-
-def _fmt(v, kind: str = "") -> str:
-    if not isinstance(v, (int, float)):
-        return ""
-    return params_text(v) if kind == "M" else f"{v:.4f}" if kind == "acc" else f"{v:.2f}"
 
 
 def inline_html(text: str) -> str:

@@ -168,14 +168,14 @@ def summarize(points: list, dirs: list, manifests: list, out: Path) -> dict:
     for i, r in enumerate(rows):
         r["pareto"] = i in front
 
-    def cell(v, digits=None):
-        return "-" if v is None else f"{v:.{digits}f}" if digits and isinstance(v, float) else v
+    def cell(v, unit=""):
+        return "-" if v is None else report.number(v, unit) if isinstance(v, (int, float)) else v
 
     lines = ["| run | artifact | settings | status | accuracy | latency p50 ms | size MB | stages reused | Pareto |",
              "|---|---|---|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['run']} | {cell(r['artifact'])} | {' '.join(r['settings'])} | "
-              f"{r['status']}{': ' + r['error'] if 'error' in r else ''} | {cell(r['accuracy'], 4)} | "
-              f"{cell(r['latency_ms_p50'])} | {cell(r['size_mb'])} | {r['reused_stages']} | "
+              f"{r['status']}{': ' + r['error'] if 'error' in r else ''} | {cell(r['accuracy'])} | "
+              f"{cell(r['latency_ms_p50'], 'ms')} | {cell(r['size_mb'], 'MB')} | {r['reused_stages']} | "
               f"{'yes' if r['pareto'] else ''} |" for r in rows]
     write_text(out / "sweep.md", "\n".join(lines) + "\n")
     write_json(out / "sweep.json", rows)

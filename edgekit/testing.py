@@ -5,6 +5,8 @@ import random
 
 import torch
 
+from edgekit import families
+
 WORDS = "good great fine superb bad awful poor dull movie film the a is was plot acting story cast".split()
 POSITIVE, NEGATIVE = ["good", "great", "fine", "superb"], ["bad", "awful", "poor", "dull"]
 NEUTRAL = ["movie", "film", "the", "a", "is", "was", "plot", "acting", "story", "cast"]
@@ -85,7 +87,8 @@ def make_model_dir(path, family: str = "bert", layers: int = 4, seed: int = 0):
 
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(tiny_config(family, layers)).eval()
-    model.save_pretrained(path)
+    with families.quiet_transformers():  # its "Writing model shards" bar, on every fixture
+        model.save_pretrained(path)
     tokenizer = tiny_unigram(family) if family in SENTENCEPIECE else tiny_bpe() if family == "modernbert" else \
         BertTokenizer(vocab=tiny_vocab())
     tokenizer.save_pretrained(path)

@@ -694,7 +694,7 @@ def test_adb_benchmark_model_never_measures_a_model_left_on_the_phone(run, tmp_p
     assert cli.main(["bench", str(run), "--target", "phone", "--targets", str(file), "--model", str(model),
                      "--quiet"]) == 0
     shown = capsys.readouterr().out
-    assert "latency p50/p90/p99 18.774/20.511/22.417 ms" in shown and "random token ids" in shown
+    assert "latency p50/p90/p99 18.77/20.51/22.42 ms" in shown and "random token ids" in shown
     assert "?" not in shown and "None" not in shown  # said: at ? tokens, on ? , ? thread(s), accuracy None
 
 

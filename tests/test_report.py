@@ -136,7 +136,7 @@ def test_runs_with_device_results_keep_their_own_heads_plot_under_a_name_markdow
 def test_target_line_says_which_model_the_target_ran(pruned_run, tmp_path):
     report.build([copy_run(pruned_run, tmp_path / "run", benched_locally([2, 2, 2, 2]))], tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "Target `local` ran `04-quantize/model.onnx`: latency_ms_p50 0.2" in md
+    assert "Target `local` ran `04-quantize/model.onnx`: latency_ms_p50 0.200" in md
 
 
 def test_budget_rows_name_their_artifact_and_interval_as_gate_does(pruned_run, tmp_path):
@@ -351,3 +351,41 @@ def test_bubbles_scale_to_the_largest_model_and_a_10x_spread_of_latency_is_log(t
     pts = [("a", 0.9, 1.0, 0.1, "test", 32), ("b", 0.8, 10.0, 400.0, "test", 32)]
     ax = tradeoff_axes(pts, tmp_path, monkeypatch)
     assert max(c.get_sizes()[0] for c in ax.collections) <= 630 and ax.get_xscale() == "log"
+
+
+@pytest.mark.parametrize("value, unit, shown", [
+    (17.504961, "MB", "17.50"), (0.066227, "MB", "0.0662"), (0.9996, "MB", "1.00"), (0, "ms", "0.00"),
+    (0.41234, "ms", "0.412"), (0.5, "ms", "0.500"), (0.0996, "MB", "0.0996"), (5.0349, "ms", "5.03"), (0.812345, "", "0.8123"), (123.456, "MiB", "123.5"),
+    (22713216, "params", "22.7M"), (22.713, "M", "22.71"), (None, "MB", ""), (True, "", ""), ("?", "ms", "")])
+def test_a_number_is_shown_one_way(value, unit, shown):
+    assert report.number(value, unit) == shown
+
+
+def test_every_table_and_summary_shows_a_number_the_same_way(pruned_run, tmp_path):
+    """A size read 0.07, 0.06623 or 0.066227 depending on the table; a device latency 0.41234 in one, 0.41 in another."""
+    from edgekit import compare, devices, sweep
+
+    size, ms, acc = 0.066227, 0.41234, 0.812345
+    device = {"kind": "local", "emulated": False, "complete": True, "model": "04-quantize/model.onnx", "budgets": [],
+              "metrics": {"size_mb": size, "accuracy": acc, "peak_rss_mb": 123.456, "latency_ms_p50": ms},
+              "result": {"runtime": "onnxruntime", "latency_ms": {"p50": ms, "p90": 0.5, "p99": 1.23456}}}
+
+    def edit(manifest):
+        for m in [s["metrics"] for s in manifest["stages"][-3:]] + [manifest["final"]["metrics"]]:
+            m.update(size_mb=size, accuracy=acc, latency_ms_p50=ms)
+        manifest["devices"] = {"local": device}
+    run = copy_run(pruned_run, tmp_path / "run", edit)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "| 0.0662 | 0.8123 | 0.412 |" in cli.summary(manifest)
+    report.build([run], tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| 0.0662 | 0.8123 | 0.412 |" in md and "| 0.8123 | test | 0.412 | 32 | 0.0662 |" in md
+    assert "size_mb 0.0662, accuracy 0.8123, peak_rss_mb 123.5, latency_ms_p50 0.412" in md  # the device's line
+    sweep.summarize([["x=1"]], [run], [manifest], tmp_path)
+    assert "| 0.8123 | 0.412 | 0.0662 |" in (tmp_path / "sweep.md").read_text()
+    shown = devices.summary("local", device)
+    assert "size 0.0662 MB" in shown and "latency p50/p90/p99 0.412/0.500/1.23 ms" in shown
+    assert "peak RSS 123.5 MiB" in shown and "accuracy 0.8123" in shown
+    row = {"model": "m", "params_m": 0.0421, "size_fp32_mb": 0.2634, "size_int8_mb": size, "latency_ms_b1_fp32": 1.2,
+           "latency_ms_b1_int8": ms, "latency_ms_b32_int8": 3.0, "rss_after_load_mb_int8": 123.456, "accuracy": acc}
+    assert "| m | 0.0421 | 0.263 | 0.0662 | 1.20 | 0.412 | 3.00 | 123.5 | 0.8123 |" in compare.markdown([row])
