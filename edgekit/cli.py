@@ -344,9 +344,8 @@ def summary(manifest: dict) -> str:
                     f"({c['examples']} sentences; every class: edgekit report)")
     if final.get("bench_cpu"):
         isa = final.get("bench_int8_isa") or "INT8 instructions unknown"
-        threads = final.get("bench_threads")
-        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), {threads} thread"
-                    f"{'' if threads == 1 else 's'}, {final.get('bench_seq_len')} tokens")
+        rows.append(f"latency measured on {final['bench_cpu']} ({isa}), "
+                    f"{report.threads_text(final.get('bench_threads'))}, {final.get('bench_seq_len')} tokens")
     for b in manifest["budgets"]:
         where = f"{b['artifact']}: " if "artifact" in b else ""
         verdict = "ok" if b["ok"] else "NOT MEASURED: add the stage that measures it" if b["actual"] is None \

@@ -17,7 +17,7 @@ from edgekit import families
 from edgekit.artifact import weights_mb, write_json, write_text
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.progress import bar as progress_bar
-from edgekit.report import number
+from edgekit.report import number, threads_text
 
 # The published base configurations (as in each model's config.json on the hub), written out: no download.
 FAMILY_CONFIGS = {
@@ -195,7 +195,8 @@ def markdown(rows: list) -> str:
             "RSS after load MiB", "accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
-        lines.append("| " + " | ".join(str(r[c]) if c == "model" else number(r.get(c), UNITS[c]) for c in COLUMNS) + " |")
+        cells = [str(r[c]) if c == "model" else number(r.get(c), UNITS[c]) for c in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + PLAIN + "\n"
 
 
@@ -239,7 +240,7 @@ def chart(rows: list, path: Path, seq_len: int = 128, threads: int = 1) -> None:
     right.barh([i - 0.2 for i in y], [r["latency_ms_b1_fp32"] for r in rows], height=0.4, label="FP32")
     right.barh([i + 0.2 for i in y], [r["latency_ms_b1_int8"] for r in rows], height=0.4, label="INT8")
     right.set_yticks(list(y), [""] * len(rows))
-    right.set_xlabel(f"latency p50, batch 1, {seq_len} tokens, {threads} thread{'s' if threads != 1 else ''} (ms)")
+    right.set_xlabel(f"latency p50, batch 1, {seq_len} tokens, {threads_text(threads)} (ms)")
     right.set_title("latency (ONNX Runtime)")
     right.legend(frameon=False)
     for ax in (left, right):

@@ -36,7 +36,7 @@ import yaml
 from edgekit import assets, gate, pipeline, recipe as recipes
 from edgekit.artifact import weight_files, write_json
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.report import number
+from edgekit.report import number, threads_text
 
 KINDS = ("local", "ssh", "adb", "qemu-arm64", "manual")
 BUILT_IN = ("local", "qemu-arm64", "manual")  # target names that need no description
@@ -828,7 +828,7 @@ def summary(target: str, entry: dict) -> str:
     head = (f"{called(target, entry['kind'], entry['emulated'])}: {r.get('runtime')}"
             f"{' ' + r['runtime_version'] if r.get('runtime_version') else ''}{' on ' + machine if machine else ''}"
             f"{' (' + r['int8_isa'] + ')' if r.get('int8_isa') else ''}"
-            f"{', ' + str(r['threads']) + ' thread' + ('' if r['threads'] == 1 else 's') if r.get('threads') else ''}")
+            f"{', ' + threads_text(r['threads']) if r.get('threads') else ''}")
     parts = [f"size {number(m['size_mb'], 'MB')} MB" if m.get("size_mb") is not None else "",
              f"load {number(r['load_s'], 's')} s" if r.get("load_s") is not None else "",
              f"latency p50/p90/p99 {'/'.join(number(lat.get(q), 'ms') or '?' for q in ('p50', 'p90', 'p99'))} ms"

@@ -143,16 +143,21 @@ def pareto(pts: list) -> list:
                                       and q[5:6] == p[5:6] for q in pts)]
 
 
+def threads_text(n) -> str:
+    """1 thread, 2 threads."""
+    return f"{n} thread{'' if n == 1 else 's'}"
+
+
 def unit_of(metric: str) -> str:
     """The unit number() takes for a metric's name: peak_rss_mb MiB, size_mb MB, latency_ms_* ms, others none."""
     return "MiB" if "rss" in metric else "MB" if metric.endswith("_mb") else "ms" if "_ms" in metric else ""
 
 
 def number(value, unit: str = "") -> str:
-    """A number as every table and summary shows it: accuracy and other fractions 4 places (0.8129); MB, ms and s
-    2 places (17.51, 5.03), or 3 significant figures under 1 (0.0662 MB for a tiny model, where 2 places read 0.07 for
-    all of them), and so millions of parameters ("M"); MiB of memory 1 place; a parameter count as 22.7M or 85k. Empty for what was not measured. (gate shows
-    as many places as the budget's verdict needs: gate.number.)"""
+    """A number as every table and summary shows it: accuracy and other fractions 4 places (0.8129); MB, ms, s and
+    millions of parameters ("M") 2 places (17.51, 5.03), or 3 significant figures under 1 (0.0662 MB for a tiny
+    model, where 2 places read 0.07 for all of them); MiB of memory 1 place; a parameter count as 22.7M or 85k.
+    Empty for what was not measured. (gate shows as many places as its verdict needs: gate.number.)"""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     if unit == "params":
@@ -268,8 +273,9 @@ def build(run_dirs: list, out: Path) -> Path:
         for s in manifest["stages"]:
             m = s["metrics"]
             md.append(f"| {s['name']} | {s['seconds']:.0f}{' (reused)' if s.get('reused') else ''} | "
-                      f"{number(m.get('params'), 'params')} | {number(m.get('size_mb'), 'MB')} | {number(m.get('accuracy'))} | "
-                      f"{number(m.get('latency_ms_p50'), 'ms')} | `{s['output']['path']}` |")
+                      f"{number(m.get('params'), 'params')} | {number(m.get('size_mb'), 'MB')} | "
+                      f"{number(m.get('accuracy'))} | {number(m.get('latency_ms_p50'), 'ms')} | "
+                      f"`{s['output']['path']}` |")
         md += ["", "| budget | actual | ok |", "|---|---:|---|"]  # rows as gate prints them: artifact, interval
         md += [f"| {gate.label(b)} {b['op']} {b['target']:g} | {gate.number(b)}{gate.notes(b)} | "
                f"{'yes' if b['ok'] else '**no**'} |" for b in manifest["budgets"]]

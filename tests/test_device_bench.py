@@ -215,9 +215,9 @@ def test_ctrl_c_is_one_line_and_leaves_the_earlier_result(exported, tmp_path, mo
 def test_a_failed_run_says_the_result_at_out_is_an_earlier_runs(exported, alone, tmp_path):
     out = alone / "result.json"
     out.write_text('{"complete": true}')  # an earlier run's, same model: edgekit would merge it
-    for args, code in (([str(alone / "nothing.onnx")], 1), ([str(exported["onnx"]), "--data", str(tmp_path / "no.csv")], 1)):
+    for args in ([str(alone / "nothing.onnx")], [str(exported["onnx"]), "--data", str(tmp_path / "no.csv")]):
         done = run_runner([*args, "--out", str(out), "--runs", "2", "--warmup", "0"], cwd=alone)
-        assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.rstrip().endswith(f"({out} is an earlier run's result, not this one's)"), done.stderr
     assert out.read_text() == '{"complete": true}'
     out.unlink()

@@ -355,14 +355,15 @@ def test_bubbles_scale_to_the_largest_model_and_a_10x_spread_of_latency_is_log(t
 
 @pytest.mark.parametrize("value, unit, shown", [
     (17.504961, "MB", "17.50"), (0.066227, "MB", "0.0662"), (0.9996, "MB", "1.00"), (0, "ms", "0.00"),
-    (0.41234, "ms", "0.412"), (0.5, "ms", "0.500"), (0.0996, "MB", "0.0996"), (5.0349, "ms", "5.03"), (0.812345, "", "0.8123"), (123.456, "MiB", "123.5"),
+    (0.41234, "ms", "0.412"), (0.5, "ms", "0.500"), (0.0996, "MB", "0.0996"), (5.0349, "ms", "5.03"),
+    (0.812345, "", "0.8123"), (123.456, "MiB", "123.5"),
     (22713216, "params", "22.7M"), (22.713, "M", "22.71"), (None, "MB", ""), (True, "", ""), ("?", "ms", "")])
 def test_a_number_is_shown_one_way(value, unit, shown):
     assert report.number(value, unit) == shown
 
 
 def test_every_table_and_summary_shows_a_number_the_same_way(pruned_run, tmp_path):
-    """A size read 0.07, 0.06623 or 0.066227 depending on the table; a device latency 0.41234 in one, 0.41 in another."""
+    """A size read 0.07, 0.06623 or 0.066227 depending on the table; a device's latency 0.41234 or 0.41."""
     from edgekit import compare, devices, sweep
 
     size, ms, acc = 0.066227, 0.41234, 0.812345

@@ -572,7 +572,7 @@ def model_file(path: Path) -> Path:
 
 
 def write_result(path: Path, result: dict) -> None:
-    into = path.exists() and not path.is_file()  # a pipe or a device (--out /dev/stdout): the rename replaced it, for root
+    into = path.exists() and not path.is_file()  # a pipe or a device (/dev/stdout): the rename replaced it, as root
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         if into:
