@@ -1,7 +1,9 @@
 """Progress bars on stderr, for the command and the library alike: redrawn in place on a terminal (or in a notebook);
 in a log (CI, a file, a pipe) one whole line every LOG_S seconds and one at the end, never a carriage-return or
 cursor-moving redraw (a log viewer shows those as ^M and ^[[A, and a warning printed meanwhile landed on the bar's
-line). TQDM_MININTERVAL and TQDM_MAXINTERVAL set by the user are kept; settings a caller gives win."""
+line), and no stale line: with miniters 1, tqdm's monitor thread never redraws a bar that slowed down with its last
+count and rate just before the next line. TQDM_MININTERVAL and TQDM_MAXINTERVAL set by the user are kept; settings a
+caller gives win."""
 import os
 import re
 import sys
@@ -64,4 +66,5 @@ def bar(iterable=None, **settings) -> tqdm:
         return tqdm(iterable, **{**settings, "disable": True})
     every = seconds("TQDM_MININTERVAL", LOG_S)
     settings["file"] = Lines(settings.get("file") or sys.stderr)
-    return tqdm(iterable, **{"mininterval": every, "maxinterval": seconds("TQDM_MAXINTERVAL", every), **settings})
+    return tqdm(iterable, **{"mininterval": every, "maxinterval": seconds("TQDM_MAXINTERVAL", every), "miniters": 1,
+                             **settings})

@@ -531,6 +531,31 @@ def test_progress_bars_in_a_log_are_whole_lines_every_30_s_and_a_terminal_keeps_
     assert progress.bar(total=1, file=io.StringIO()).mininterval == 0.1  # a terminal redraws as before
 
 
+def test_a_bar_in_a_log_draws_no_stale_line_when_it_slows_down(monkeypatch, capsys):
+    """tqdm's monitor thread redrew a bar that had slowed down with its last count and rate (distill: 107/200 at
+    00:03, again 107/200 at 00:07, then 120/200 at 00:07): two lines for one moment, the first of them stale."""
+    import re
+    import time
+
+    from tqdm import tqdm
+
+    from edgekit import progress
+    monkeypatch.setenv("TQDM_MININTERVAL", "0.3")
+    monkeypatch.delenv("TQDM_MAXINTERVAL", raising=False)
+    if tqdm.monitor is not None:  # the running monitor wakes every 10 s: one that wakes every 0.05 s
+        tqdm.monitor.exit()
+    monkeypatch.setattr(tqdm, "monitor_interval", 0.05)
+    try:
+        for i in progress.bar(range(60), desc="x"):
+            time.sleep(0.001 if i < 40 else 0.05)
+    finally:
+        if tqdm.monitor is not None:
+            tqdm.monitor.exit()
+    lines = capsys.readouterr().err.splitlines()[:-1]  # the closing line may repeat the last count
+    counts = [re.search(r"(\d+)/60", line).group(1) for line in lines]
+    assert len(counts) == len(set(counts)), lines
+
+
 def test_the_stop_handler_raises_once_then_again_only_after_the_repeat_window():
     import signal
 
