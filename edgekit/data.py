@@ -81,6 +81,11 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     if not by_split["train"]:
         raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
     names = sorted({label for _, label in by_split["train"]}, key=_label_order)
+    counts = Counter(label for _, label, _ in rows)
+    if len(counts) > 100 and sum(c == 1 for c in counts.values()) > len(rows) / 2:  # ids or texts, not classes
+        raise UsageError(f"dataset {source} label column {label_column!r} holds {len(counts)} different values in "
+                         f"{len(rows)} rows, most of them on one row only: not class labels; set data.label_column "
+                         f"(and data.text_column) to the columns of the class names and the texts")
     fractional = [n for n in names if _number(n) is not None and _number(n) % 1]
     if fractional and all(_number(n) is not None for n in names):  # a regression target, not class ids
         raise EdgekitError(f"dataset {source} label column holds fractional numbers ({', '.join(fractional[:3])}"
@@ -95,7 +100,6 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
             raise EdgekitError(f"{split} labels never seen in training: {', '.join(unseen[:5])}; "
                                f"training has {', '.join(names[:10])}; mark a row of each as train in the "
                                f"{split_column!r} column, or drop their rows")
-    counts = Counter(label for _, label, _ in rows)
     stats = {"rows": len(rows) + (skipped or 0), "skipped": skipped,
              "splits": {s: len(rows_) for s, rows_ in by_split.items()}, "classes": {n: counts[n] for n in names}}
     encoded = {s: [(t, ids[lab]) for t, lab in rows_] for s, rows_ in by_split.items()}
@@ -409,7 +413,8 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(joined(text))
         split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
         if split not in ("train", "validation", "test"):
-            raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (dev), test")
+            raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (or dev, valid, val), "
+                               f"test")
         rows.append((text, unicodedata.normalize("NFC", str(label)).strip(), split))  # NFD (macOS) is NFC
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")

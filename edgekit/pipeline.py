@@ -667,8 +667,9 @@ def check_budgets(budgets: dict, metrics: dict) -> list:
 
 def check_inputs(recipe: dict):
     """What --dry-run can tell without fetching anything or training: a local data file reads as the run will read
-    it; a local or cached teacher is whole, and the distill and prune settings fit its shape (a hub id is only
-    tried by a real run). Returns the local data file's Splits (None for a named dataset)."""
+    it; a local or cached teacher is whole, and the distill and prune settings fit its shape, and without a finetune
+    stage its head and its labels fit the local data file's (a hub id is only tried by a real run). Returns the local
+    data file's Splits (None for a named dataset)."""
     data.check_source(recipe["data"]["source"])
     splits = None
     if recipe["data"]["source"] not in data.DATASETS:  # named datasets are known good; a file may not be
@@ -677,8 +678,12 @@ def check_inputs(recipe: dict):
     if teacher := on_disk(recipe["teacher"]):
         check_shapes(recipe, teacher)
         if "finetune" not in recipe["stages"]:
-            config = json.loads((Path(teacher) / "config.json").read_text())
-            check_head(Path(teacher), config.get("architectures"), recipe["teacher"])
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(teacher)
+            check_head(Path(teacher), config.architectures, recipe["teacher"])
+            if splits is not None:  # as the run checks them, before its first stage
+                check_labels(config, in_teacher_order(splits, families.label_names(config)).labels, recipe["teacher"])
     return splits
 
 

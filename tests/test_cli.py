@@ -227,6 +227,38 @@ def test_dry_run_checks_the_files_distill_and_prune_settings_name(model_dir, csv
     assert not (tmp_path / "run" / "01-finetune").exists()
 
 
+def test_dry_run_refuses_a_teacher_whose_labels_are_not_the_datas(model_dir, csv_file, tmp_path, capsys):
+    """Without a finetune stage: --dry-run passed it, and the real run refused it after loading the teacher."""
+    import json
+
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(id2label={"0": "negative", "1": "positive"}, label2id={"negative": 0, "positive": 1})
+    (model_dir / "config.json").write_text(json.dumps(config))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(testing.tiny_recipe(model_dir, csv_file, ("distill", "export")))
+    assert cli.main(["compress", "--recipe", str(recipe), "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert "predicts [negative, positive] but the data's labels are [neg, pos]" in err and err.count("\n") == 1
+    named = testing.make_csv(tmp_path / "named.csv", labels=("positive", "negative"))  # the teacher's, other order
+    assert cli.main(["compress", "--recipe", str(recipe), "--dry-run", f"data.source={named}"]) == 0
+
+
+def test_a_label_column_of_ids_or_texts_is_said_as_such(tmp_path):
+    """It read as 'has no test rows' (each value a class of one row, moved into training) in a file of 3,000 rows."""
+    import csv
+
+    from edgekit import data
+
+    with open(tmp_path / "t.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["tweet_id", "tweet", "sentiment"])
+        w.writerows([i, f"tweet {i} is {'good' if i % 2 else 'bad'}", "pos" if i % 2 else "neg"] for i in range(300))
+    for text, label in (("tweet", "tweet_id"), ("sentiment", "tweet")):
+        with pytest.raises(errors.UsageError, match=f"label column '{label}' holds 300 different values in 300 rows"):
+            data.load(str(tmp_path / "t.csv"), text_column=text, label_column=label)
+    assert data.load(str(tmp_path / "t.csv"), text_column="tweet", label_column="sentiment").labels == ["neg", "pos"]
+
+
 def test_a_recipe_with_data_as_one_path_takes_data_overrides(model_dir, csv_file, tmp_path):
     """`data: FILE` (short for data.source) and data.max_train=10: 'data must name a source'."""
     recipe = tmp_path / "r.yaml"
