@@ -65,7 +65,7 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rows = [(t, label, _hash_split(t)) for t, label in _tweets()]
     else:
         check_source(source)
-        rows, read = _read_file(Path(source), text_column, label_column, split_column, text_pair_column)
+        rows, read = _read_file(Path(source).expanduser(), text_column, label_column, split_column, text_pair_column)
         skipped = read - len(rows)
     by_split = {"train": [], "validation": [], "test": []}
     for text, label, split in rows:
@@ -349,9 +349,11 @@ def check_source(source: str) -> None:
         return
     if assets.is_asset(source):
         raise UsageError(f"asset '{source}' is a model, not a dataset; datasets: {', '.join(DATASETS)} or a local file")
-    path = Path(source)
+    path = Path(source).expanduser()
     if not path.is_file():
-        raise UsageError(f"dataset {path} not found; give {', '.join(DATASETS)} or a local "
+        where = "" if path.is_absolute() else f" (looked for {Path.cwd() / path}: a relative path is read from the " \
+            f"current folder, not the recipe's)"
+        raise UsageError(f"dataset {source} not found{where}; give {', '.join(DATASETS)} or a local "
                          f"{'/'.join(FILE_SUFFIXES)} file")
     if path.suffix not in FILE_SUFFIXES:
         raise UsageError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")

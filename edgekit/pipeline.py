@@ -220,9 +220,12 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
             check_labels(config, splits.labels, recipe["teacher"])
             check_order(source, config, splits, recipe["teacher"], recipe["max_length"])
         prepare_out(out)
+        fresh = not (out / ".lock").exists()
         held = lock(out)
         if foreign := foreign_folders(out):
             held.close()
+            if fresh:  # a refused run leaves the user's folder as it was
+                (out / ".lock").unlink(missing_ok=True)
             why = "its manifest.json cannot be read, so nothing shows an edgekit run made it" if \
                 (out / "manifest.json").exists() and listed_folders(out / "manifest.json") is None else \
                 "not made by an edgekit run here (no manifest.json lists it)"

@@ -206,6 +206,13 @@ def test_usage_mistakes_outside_recipes_exit_2_and_help_names_the_exit_codes():
 def test_dry_run_checks_the_data_and_a_local_teacher_folder(tmp_path):
     done = edgekit("compress", "--dry-run", "--data", str(tmp_path / "missing.csv"))
     assert done.returncode == 2 and "missing.csv not found; give rt-polarity, vader-amazon" in done.stderr
+    done = edgekit("compress", "--dry-run", "--data", "nothere.csv")  # said without the folder it was read from
+    assert done.returncode == 2 and f"dataset nothere.csv not found (looked for {Path.cwd() / 'nothere.csv'}: a " \
+        "relative path is read from the current folder, not the recipe's)" in done.stderr
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "d.csv").write_text(testing.make_csv(tmp_path / "d.csv").read_text())
+    done = edgekit("compress", "--dry-run", "--data", "~/d.csv", env={"HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr  # --dry-run refused ~ (the run took it)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{")
     done = edgekit("compress", "--dry-run", "--teacher", str(tmp_path / "m"))
