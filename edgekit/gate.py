@@ -96,7 +96,8 @@ def being_written(run: Path) -> bool:
 
 
 def check(path, budgets: list, target: str = None) -> list:
-    """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given."""
+    """Rows {metric, op, target, actual, ok} for each budget; the recipe's own budgets when none are given (budgets
+    given replace them: a warning names those left unchecked)."""
     path = Path(path).expanduser()
     for metric, _, bound in budgets:
         if problem := recipes.bound_problem(metric, bound):
@@ -139,8 +140,12 @@ def check(path, budgets: list, target: str = None) -> list:
             raise EdgekitError(f"{run} has no complete results for target '{target}'; targets with results: "
                                f"{', '.join(targets) or 'none'}; run edgekit bench {run} --target {target}")
     there = targets[target].get("metrics", {}) if target else {}
+    own = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
+    if budgets and (dropped := [f"{m} {op} {b:g}" for m, op, b in own if m not in {given[0] for given in budgets}]):
+        print(f"edgekit: warning: the budgets given replace the recipe's; not checked: {', '.join(dropped)} (give "
+              f"them too to check them)", file=sys.stderr)
     if not budgets:
-        budgets = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
+        budgets = own
         if target:  # and the target's own budgets, as edgekit bench checked them
             budgets += [(r["metric"], r["op"], r["target"]) for r in targets[target].get("budgets", [])]
         if not budgets:

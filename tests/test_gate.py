@@ -33,6 +33,20 @@ def test_without_flags_the_recipe_budgets_are_checked(finished):
     assert [r["metric"] for r in rows] == ["size_mb"] and rows[0]["ok"]
 
 
+def test_budgets_given_replace_the_recipes_and_a_warning_names_those_left_unchecked(finished, capsys):
+    """Loosening one bound in CI dropped the recipe's other budgets without a word."""
+    from edgekit import recipe
+
+    op, bound = recipe.parse_bound(json.loads((finished / "manifest.json").read_text())["recipe"]["budgets"]["size_mb"])
+    rows = gate.check(finished, [("accuracy_retained", ">=", 0.5)])
+    assert [r["metric"] for r in rows] == ["accuracy_retained"]
+    assert capsys.readouterr().err == (f"edgekit: warning: the budgets given replace the recipe's; not checked: size_mb "
+                                       f"{op} {bound:g} (give them too to check them)\n")
+    gate.check(finished, [("size_mb", "<=", 50.0)])  # the recipe's one budget, given with another bound
+    gate.check(finished, [])
+    assert capsys.readouterr().err == ""
+
+
 def test_size_is_read_from_the_files_not_trusted_from_the_manifest(finished):
     manifest = json.loads((finished / "manifest.json").read_text())
     manifest["final"]["metrics"]["size_mb"] = 0.0001

@@ -212,6 +212,32 @@ def test_compare_says_what_it_takes_for_a_file_or_folder_it_cannot_build(model_d
     assert not (tmp_path / "cmp").exists()  # found before anything was measured
 
 
+def test_compare_reads_a_files_own_columns_names_a_runs_models_and_every_file_it_wrote(model_dir, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """Its column error said `set data.text_column`, an option compare did not have; a run folder was 'a folder
+    without config.json'; `written:` left out compare.json."""
+    from edgekit import testing
+
+    theirs = tmp_path / "mine.csv"
+    rows = testing.make_csv(tmp_path / "d.csv").read_text().replace("text,label", "tweet,sentiment", 1)
+    theirs.write_text(rows)
+    with pytest.raises(UsageError, match="has no column 'text'; columns: 'tweet', 'sentiment'; set --text-column "):
+        compare.run([str(model_dir)], tmp_path / "cmp", str(theirs))
+    monkeypatch.setattr(compare, "measure", lambda spec, out, data, *a: {"model": spec, "examples": len(data.test)})
+    monkeypatch.setattr(compare, "write", lambda *a, **k: None)
+    assert cli.main(["compare", str(model_dir), "--data", str(theirs), "--text-column", "tweet", "--label-column",
+                     "sentiment", "--out", str(tmp_path / "cmp"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"written: {tmp_path / 'cmp' / 'compare.md'}, compare.csv, compare.json, compare.png" in out
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run / "02-prune" / "model")
+    (run / "manifest.json").write_text("{}")
+    assert cli.main(["compare", str(run), "--out", str(tmp_path / "cmp")]) == 2
+    assert f"{run} is an edgekit run, not a model; compare measures transformers folders as they are: give one of " \
+        f"its stages' models ({run / '02-prune' / 'model'}); the run's exported files are measured by edgekit bench " \
+        f"{run} --model FILE" in capsys.readouterr().err
+
+
 def test_compare_chart_says_the_sequence_length_and_threads(tmp_path, monkeypatch):
     from edgekit import report
 
