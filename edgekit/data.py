@@ -415,8 +415,8 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(joined(text))
         split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
         if split not in ("train", "validation", "test"):
-            raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (or dev, valid, val), "
-                               f"test")
+            raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (or dev, valid, "
+                               f"val), test")
         rows.append((text, unicodedata.normalize("NFC", str(label)).strip(), split))  # NFD (macOS) is NFC
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label")

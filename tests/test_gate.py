@@ -40,8 +40,8 @@ def test_budgets_given_replace_the_recipes_and_a_warning_names_those_left_unchec
     op, bound = recipe.parse_bound(json.loads((finished / "manifest.json").read_text())["recipe"]["budgets"]["size_mb"])
     rows = gate.check(finished, [("accuracy_retained", ">=", 0.5)])
     assert [r["metric"] for r in rows] == ["accuracy_retained"]
-    assert capsys.readouterr().err == (f"edgekit: warning: the budgets given replace the recipe's; not checked: size_mb "
-                                       f"{op} {bound:g} (give them too to check them)\n")
+    assert capsys.readouterr().err == (f"edgekit: warning: the budgets given replace the recipe's; not checked: "
+                                       f"size_mb {op} {bound:g} (give them too to check them)\n")
     gate.check(finished, [("size_mb", "<=", 50.0)])  # the recipe's one budget, given with another bound
     gate.check(finished, [])
     assert capsys.readouterr().err == ""
