@@ -171,6 +171,18 @@ def listed_folders(path: Path) -> set | None:
     return {n for n in names if isinstance(n, str)}
 
 
+def old_report(out: Path) -> bool:
+    """Whether `out` holds the folder `edgekit report RUN` writes by default (report.md, report.html, PNG plots and
+    nothing else): a run into `out` replaces the run it describes, and a CI upload of the folder showed the old
+    numbers beside the new model."""
+    folder = out / "report"
+    try:
+        return (folder / "report.md").read_text(encoding="utf-8").startswith("# edgekit report") and \
+            all(p.is_file() and p.suffix in (".md", ".html", ".png") for p in folder.iterdir())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def lock(out: Path, wait_s: float = 0, busy: str = "wait for it to finish or choose another --out"):
     """The run folder's lock, held while a run (or a bench's merge) writes it; `wait_s`: how long to wait for it."""
     handle = open(out / ".lock", "a+")
@@ -231,6 +243,10 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
                 "not made by an edgekit run here (no manifest.json lists it)"
             raise UsageError(f"--out {out} holds {', '.join(foreign)}, named like a stage but {why}; a run would "
                              f"replace it: move it away or choose another --out")
+        if old_report(out):
+            shutil.rmtree(out / "report", ignore_errors=True)
+            log(f"removed {out / 'report'}: it described the run this one replaces (edgekit report {out} makes it "
+                f"again)", progress)
         if warn:
             tell_data(splits, progress, recipe)  # after the checks: a refused run says one line
             tell_length(splits, source, recipe["max_length"], progress)

@@ -390,3 +390,20 @@ def test_every_table_and_summary_shows_a_number_the_same_way(pruned_run, tmp_pat
     row = {"model": "m", "params_m": 0.0421, "size_fp32_mb": 0.2634, "size_int8_mb": size, "latency_ms_b1_fp32": 1.2,
            "latency_ms_b1_int8": ms, "latency_ms_b32_int8": 3.0, "rss_after_load_mb_int8": 123.456, "accuracy": acc}
     assert "| m | 0.0421 | 0.263 | 0.0662 | 1.20 | 0.412 | 3.00 | 123.5 | 0.8123 |" in compare.markdown([row])
+
+
+def test_a_run_into_a_folder_removes_the_report_of_the_run_it_replaces(pruned_run, tmp_path, capsys):
+    """RUN/report stayed after a rerun into RUN: its tables and plots showed the replaced model's numbers."""
+    run = shutil.copytree(pruned_run, tmp_path / "run")
+    report.build([run], run / "report")
+    (run / "my-report").mkdir()  # not the folder edgekit report writes by default: kept
+    settings = json.loads((run / "manifest.json").read_text())["recipe"]
+    pipeline.run(settings, run)
+    assert not (run / "report").exists() and (run / "my-report").is_dir()
+    assert f"removed {run / 'report'}: it described the run this one replaces (edgekit report {run} makes it again)" \
+        in capsys.readouterr().err
+    (run / "report").mkdir()
+    (run / "report" / "report.md").write_text("# edgekit report\n")
+    (run / "report" / "notes.txt").write_text("mine")  # a user's file in it: the folder is left alone
+    pipeline.run(settings, run, progress=False)
+    assert (run / "report" / "notes.txt").read_text() == "mine"
