@@ -15,6 +15,12 @@ def edgekit(*args, env=None):
                           env=None if env is None else {**os.environ, **env})
 
 
+def test_python_dash_m_edgekit_is_the_command():
+    done = subprocess.run([sys.executable, "-m", "edgekit", "recipes"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("distilbert-int8 "), done.stderr  # was: no __main__
+    assert subprocess.run([sys.executable, "-m", "edgekit", "gate"], capture_output=True).returncode == 2
+
+
 def test_recipes_list_and_show():
     listed = edgekit("recipes")
     assert listed.returncode == 0 and listed.stdout.startswith("distilbert-int8")
