@@ -679,3 +679,32 @@ def test_torchscript_export_warns_nothing_where_warnings_are_shown(model_dir, tm
         warnings.simplefilter("always")
         export.to_torchscript(model, (ids, torch.ones_like(ids)), tmp_path / "m.pt")
     assert [str(w.message) for w in seen] == [] and (tmp_path / "m.pt").stat().st_size > 0
+
+
+def test_one_file_under_two_targets_names_is_timed_once(tmp_path, monkeypatch):
+    """arm64-onnx is the x86-onnx file, hard-linked: timed twice, it got two latencies and two verdicts (1.40 and
+    1.07 ms) for the same bytes."""
+    import os
+    from types import SimpleNamespace
+
+    from edgekit.stages import bench
+
+    files = {name: tmp_path / name / f"model.{name.split('-')[1]}" for name in ("x86-onnx", "arm64-onnx", "x86-tflite")}
+    for name in ("x86-onnx", "x86-tflite"):
+        files[name].parent.mkdir()
+        files[name].write_bytes(name.encode())
+    files["arm64-onnx"].parent.mkdir()
+    os.link(files["x86-onnx"], files["arm64-onnx"])
+    timed = []
+
+    def measure(path, **options):
+        timed.append(Path(path).parent.name)
+        ms = float(len(timed))
+        return {"fixed": {"p50": ms, "p90": ms, "p99": ms}, "sentences": {"p50": ms}, "peak_rss_mb": 1.0, "load_s": 0.1}
+
+    monkeypatch.setattr(bench, "measure", measure)
+    outputs = {name: Artifact(path, name.split("-")[1]) for name, path in files.items()}
+    ctx = SimpleNamespace(splits=SimpleNamespace(test=[("a text", 0)], pairs=False))
+    done = bench.run(Artifact(files["x86-onnx"], "onnx", {}, outputs), tmp_path / "bench", ctx, runs=3)
+    assert timed == ["x86-onnx", "x86-tflite"]
+    assert [done.outputs[n].metrics["latency_ms_p50"] for n in ("x86-onnx", "arm64-onnx", "x86-tflite")] == [1, 1, 2]
