@@ -189,6 +189,11 @@ def ineffective(recipe: dict) -> list:
     if "export" in recipe["stages"] and recipe["export"].get("buckets") is not None and "tflite" not in \
             targets.formats_for(recipe["targets"], recipe["export"]["format"]):
         out.append("export.buckets is set but does nothing: no target exports TFLite, the only format with buckets")
+    if (source := recipe["data"]["source"]) in data.DATASETS:  # their columns are fixed
+        read = _defaults(data.load)
+        out += [f"data.{key} is set but does nothing for the named dataset {source}, whose columns are fixed; it "
+                f"applies to a local file" for key in ("text_column", "label_column", "split_column")
+                if recipe["data"].get(key, read[key]) != read[key]]
     return out
 
 

@@ -245,6 +245,17 @@ def test_fuse_without_an_onnx_mode_it_steers_is_warned_of(mode, warned):
     assert ("quantize.fuse is set but does nothing without an ONNX quantize.mode of dynamic or fp16" in said) == warned
 
 
+def test_column_settings_for_a_named_dataset_are_warned_of(tmp_path):
+    """data=tweets-3class with a local file's text_column kept: the setting was dropped without a word."""
+    said = recipe.ineffective(recipe.load("distilbert-int8", ["data.source=tweets-3class", "data.text_column=tweet"]))
+    assert said == ["data.text_column is set but does nothing for the named dataset tweets-3class, whose columns are "
+                    "fixed; it applies to a local file"]
+    assert recipe.ineffective(recipe.load("distilbert-int8", ["data.text_column=text"])) == []  # the default
+    local = tmp_path / "mine.csv"
+    local.write_text("tweet,label\na,b\n")
+    assert recipe.ineffective(recipe.load("distilbert-int8", [f"data.source={local}", "data.text_column=tweet"])) == []
+
+
 def test_a_stage_listed_twice_is_refused():
     with pytest.raises(UsageError, match="each stage may appear once"):
         recipe.load("distilbert-int8", ["stages=[finetune, distill, distill, export, quantize, evaluate, bench]"])
