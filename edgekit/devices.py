@@ -147,7 +147,8 @@ def check_target(name: str, spec) -> list:
     if spec["kind"] == "manual" and spec.get("after_compress"):
         errors.append(f"target {name}: after_compress needs a target edgekit reaches itself; a manual one is run by "
                       f"hand (edgekit bench RUN --target {name} --stage DIR)")
-    if spec["kind"] == "qemu-arm64" and spec.get("cpu", "cortex-a72") not in CPUS:
+    cpu = spec.get("cpu", "cortex-a72")
+    if spec["kind"] == "qemu-arm64" and isinstance(cpu, str) and cpu not in CPUS:  # not a str: said above
         errors.append(f"target {name}: cpu {spec['cpu']!r}; emulated CPUs: {', '.join(CPUS)}")
     if isinstance(spec.get("release"), str) and not RELEASE.fullmatch(spec["release"]):
         errors.append(f"target {name}: release {spec['release']!r} must be a Debian suite name (lower-case letters, "

@@ -60,3 +60,31 @@ def test_an_interrupted_prune_step_save_leaves_no_temp_folder(tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         prune.save(None, None, tmp_path / "step-1", 32)
     assert list(tmp_path.iterdir()) == []
+
+
+
+def test_a_new_text_file_whose_write_fails_is_not_left_half_written(tmp_path):
+    """A path that does not exist yet is written through a temp file too: a failed write leaves nothing."""
+    path = tmp_path / "summary.md"
+    with pytest.raises(UnicodeEncodeError):
+        artifact.write_text(path, "ok \ud800")  # a lone surrogate: UTF-8 cannot encode it
+    assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_folder_through_temp_onto_a_new_path(tmp_path):
+    """A folder renamed into place where nothing was before (nothing to remove first)."""
+    with artifact.through_temp(tmp_path / "steps") as tmp:
+        tmp.mkdir()
+        (tmp / "a.txt").write_text("a")
+    assert (tmp_path / "steps" / "a.txt").read_text() == "a"
+
+
+def test_a_temp_folder_a_killed_writer_left_is_removed_first(tmp_path):
+    """The same temp name left behind (a SIGKILL) does not stop the next writer nor end up in its result."""
+    stale = tmp_path / ".steps.tmp"
+    stale.mkdir()
+    (stale / "old.txt").write_text("old")
+    with artifact.through_temp(tmp_path / "steps", stale) as tmp:
+        tmp.mkdir()
+        (tmp / "new.txt").write_text("new")
+    assert sorted(os.listdir(tmp_path / "steps")) == ["new.txt"] and not stale.exists()

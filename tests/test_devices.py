@@ -799,3 +799,79 @@ def test_a_result_for_a_file_a_compress_rewrote_meanwhile_is_not_merged(run, tmp
     assert cli.main(["bench", str(copy), "--target", "there", "--targets", str(file), "--quiet"]) == 1
     assert "changed while target there ran" in capsys.readouterr().err
     assert "there" not in manifest(copy).get("devices", {})
+
+
+
+def test_a_boolean_is_not_a_count_in_a_target():
+    """`runs: true` is refused (bool is an int in Python): the runner would be given --runs True."""
+    assert devices.check_target("t", {"kind": "local", "runs": True}) == ["target t: runs must be int, got True"]
+
+
+def test_a_cpu_that_is_not_a_name_is_one_line_not_a_traceback():
+    """`cpu: [cortex-a72]` was looked up in the CPU list: TypeError, unhashable type: 'list'."""
+    assert devices.check_target("t", {"kind": "qemu-arm64", "cpu": ["cortex-a72"]}) == [
+        "target t: cpu must be str, got ['cortex-a72']"]
+
+
+def test_a_manual_target_may_say_after_compress_false():
+    """Only after_compress: true is refused on a manual target; false says what a manual target does anyway."""
+    assert devices.check_target("t", {"kind": "manual", "after_compress": False}) == []
+
+
+def test_runner_args_defaults_and_the_emulated_flag():
+    """Each setting goes to its own flag with its own default; qemu adds --emulated, nothing else does."""
+    args = devices.runner_args({"_model": "model/m.onnx", "runs": 7}, "/j")
+    assert args == ["/j/model/m.onnx", "--data", "/j/test.csv", "--out", "/j/result.json", "--runs", "7",
+                    "--warmup", "10", "--batch", "8", "--threads", "1", "--seq-len", "128"]
+    assert devices.runner_args({"_model": "model/m.onnx"}, "/j", emulated=True)[-1] == "--emulated"
+
+
+def test_a_result_that_names_no_model_nor_sha_is_checked_not_refused():
+    """benchmark_model's result names no format and an older runner records no sha: absent is not a mismatch,
+    and an accuracy of exactly 1 is a fraction."""
+    result = {"complete": True, "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "accuracy": 1.0}
+    spec = {"_model": "model/model.onnx", "_format": "onnx", "_sha": "a" * 64}
+    assert devices.check_result("pi", result, spec) == result
+
+
+def test_metrics_of_takes_every_percentile_and_retained_from_the_counts():
+    """latency_ms_p99 is a device metric; accuracy_retained divides the counts (969/999 right), not the rounded
+    scores (0.7341 / 0.7568 read 0.970005 and passed `>= 0.97`)."""
+    manifest = {"final": {"metrics": {"teacher_accuracy": 0.7568, "eval_split": "test", "eval_examples": 1320}}}
+    result = {"latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "accuracy": 0.7341, "examples": 1320}
+    metrics = devices.metrics_of(result, manifest)
+    assert (metrics["latency_ms_p50"], metrics["latency_ms_p90"], metrics["latency_ms_p99"]) == (1.0, 2.0, 3.0)
+    assert metrics["accuracy_retained"] == 969 / 999
+
+
+def test_a_benchmark_model_log_with_a_zero_average_is_no_timed_run():
+    """An average of 0 us is refused as no timings (ValueError), not divided by (throughput)."""
+    log = ("count=50 first=0 curr=0 min=0 max=0 avg=0 std=0\n"
+           "Inference timings in us: Init: 100, First inference: 0, Warmup (avg): 0, Inference (avg): 0\n")
+    with pytest.raises(ValueError, match="no 'Inference timings in us' line"):
+        devices.parse_benchmark_model(log)
+
+
+def test_model_given_on_the_command_line_wins_over_the_targets_model(run, tmp_path):
+    """--model beats the target's own `model:` setting."""
+    file = targets_file(tmp_path, {"t": {"kind": "local", "model": "nope"}})
+    *_, path = devices.chosen(run, "t", file, model="01-export/model.onnx")
+    assert path == run / "01-export" / "model.onnx"
+
+
+def test_a_model_path_in_the_run_wins_over_the_same_path_in_the_current_folder(run, tmp_path):
+    """A relative --model that names a file in the run is the run's, even where the current folder has one too."""
+    (tmp_path / "01-export").mkdir()
+    (tmp_path / "01-export" / "model.onnx").write_bytes(b"not the run's")
+    here = Path.cwd()
+    try:
+        os.chdir(tmp_path)
+        assert devices.model_file(run, manifest(run), "01-export/model.onnx") == run / "01-export" / "model.onnx"
+    finally:
+        os.chdir(here)
+
+
+def test_a_complete_result_without_latencies_is_incomplete():
+    """read_result refuses a result without latency_ms on its own (not only when check_result runs after it)."""
+    with pytest.raises(EdgekitError, match="target pi: the runner's result is incomplete"):
+        devices.read_result("pi", json.dumps({"complete": True, "accuracy": 0.9}))

@@ -306,3 +306,38 @@ def test_batched_predictions_group_sentences_of_one_length_and_come_back_in_orde
     assert model.batches == [[1, 2, 3, 4], [6, 7, 8, 9]]  # was file order: each batch padded to its longest
     model.batches.clear()
     assert evaluate.predictions(model, examples, 1, False, "test") == said and model.batches[0] == [9]
+
+
+
+class _Says:
+    """A model that answers class `said[text]` for each text (texts are "0", "1", ...)."""
+
+    def __init__(self, said):
+        self.said = said
+
+    def encode(self, texts):
+        return [int(t) for t in texts]
+
+    def logits(self, ids):
+        import numpy as np
+
+        return np.array([[1.0, 0.0] if self.said[i] == 0 else [0.0, 1.0] for i in ids])
+
+
+def _evaluate(tmp_path, monkeypatch, labels, teacher_said, student_said):
+    monkeypatch.setattr(runtime, "load", lambda path, **k: _Says(teacher_said if path == "T" else student_said))
+    splits = type("Splits", (), {"test": [(str(i), y) for i, y in enumerate(labels)], "labels": ["neg", "pos"]})
+    ctx = type("Ctx", (), {"splits": splits, "teacher": Artifact("T", "hf"), "max_length": 32, "progress": False})
+    return evaluate.run(Artifact("S", "onnx"), tmp_path / "eval", ctx).metrics
+
+
+def test_a_teacher_no_better_than_the_majority_class_is_warned_about_even_when_equal(tmp_path, monkeypatch, capsys):
+    """Half the sentences right on a half/half split is what always answering one class scores: warned."""
+    _evaluate(tmp_path, monkeypatch, [0, 0, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0])
+    assert "no better than always answering" in capsys.readouterr().err
+
+
+def test_kept_interval_of_no_examples_is_refused():
+    """No examples: the same one-line error as a length mismatch, not a ZeroDivisionError."""
+    with pytest.raises(ValueError, match="score both on the same split"):
+        evaluate.kept_interval([], [])

@@ -542,3 +542,54 @@ def test_a_report_to_a_pipe_is_written_into_it_not_replaced(tmp_path):
     gate.artifact.write_text(fifo, '{"ok": true}\n')  # (gate's reports go through it)
     reader.join(10)
     assert got == ['{"ok": true}\n'] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+
+def test_retained_is_counted_back_even_when_the_teacher_got_one_sentence_right():
+    """One right answer of the teacher is a count to divide by: the stored (rounded) ratio is not kept."""
+    numbers = {"eval_examples": 10, "accuracy": 0.1, "teacher_accuracy": 0.1, "accuracy_retained": 0.5}
+    assert gate.from_counts(numbers)["accuracy_retained"] == 1.0
+
+
+def test_a_number_is_shown_to_four_significant_digits_when_they_read_on_its_side():
+    """4 significant digits first (123.5), more only when the bound needs them."""
+    assert gate.faithful(123.456, lambda v: v <= 200) == "123.5"
+
+
+def test_json_verdict_turns_infinity_to_null_and_keeps_a_rows_error():
+    """A bound or actual of inf is null (JSON has no Infinity); a row's `error` (not measured on a target) is kept."""
+    rows = [{"metric": "latency_ms_p90", "op": "<=", "target": float("inf"), "actual": None, "ok": False,
+             "error": "not measured on pi"}]
+    verdict = json.loads(gate.as_json(rows, "run"))
+    assert verdict["budgets"] == [{"metric": "latency_ms_p90", "op": "<=", "bound": None, "actual": None,
+                                   "ok": False, "error": "not measured on pi"}]
+
+
+def test_one_missing_final_file_is_named_alone(finished):
+    """One missing file is named without 'and 0 more'."""
+    manifest = json.loads((finished / "manifest.json").read_text())
+    finals = {Path(o["path"]).parts[0] for o in [manifest["final"], *(manifest["final"].get("outputs") or {}).values()]}
+    rel = sorted(r for r in gate.recorded_files(manifest) if Path(r).parts[0] in finals)[0]
+    (finished / rel).unlink()
+    with pytest.raises(EdgekitError) as e:
+        gate.check(finished, [("size_mb", "<=", 100.0)])
+    assert f"is missing final model files ({rel}); " in str(e.value)
+
+
+def test_external_data_reached_through_a_link_in_the_folder_is_counted_once(tmp_path):
+    """A data file the model names through a symlink to a file the folder scan found is one file, not two."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from edgekit import artifact
+
+    weight = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])], [weight])
+    onnx.save(helper.make_model(graph), str(tmp_path / "model.onnx"), save_as_external_data=True,
+              location="w.data", size_threshold=0)
+    (tmp_path / "w.data").rename(tmp_path / "real.data")
+    (tmp_path / "w.data").symlink_to("real.data")
+    size = (tmp_path / "model.onnx").stat().st_size + (tmp_path / "real.data").stat().st_size
+    assert artifact.weights_mb(tmp_path) == round(size / 1e6, 6)

@@ -282,3 +282,17 @@ def test_each_unknown_key_gets_its_own_suggestion():
     with pytest.raises(UsageError) as e:  # the hint followed the list, or was missing when the misspelt key came last
         recipe.validate({"foo": 1, "mx_length": 2, "teacher": "minilm-l6", "data": "rt-polarity", "stages": ["finetune"]})
     assert "unknown key foo, mx_length (did you mean max_length?); accepted: name" in str(e.value)
+
+
+
+def test_targets_one_name_empty_or_twice_and_formats_twice():
+    """`targets: x86` is one target; no targets, a target named twice and a format named twice are refused."""
+    from edgekit import targets
+    from edgekit.errors import EdgekitError
+
+    assert targets.check("x86") == ["x86"]
+    for bad, said in (([], "must be a list of target names"), (["x86", "x86"], "names a target twice")):
+        with pytest.raises(EdgekitError, match=said):
+            targets.check(bad)
+    with pytest.raises(EdgekitError, match="a list of distinct formats"):
+        targets.formats_for(["x86"], ["onnx", "onnx"])

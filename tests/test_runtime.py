@@ -676,3 +676,32 @@ def test_latency_percentiles_are_exact_and_a_seq_len_past_the_model_is_refused(e
     limit = json.loads((exported.path.parent / "model.json").read_text())["max_length"]
     with pytest.raises(SystemExit, match=f"the model accepts at most {limit} tokens; lower --seq-len"):
         latency.main([str(exported.path), "--seq-len", str(limit + 1), "--runs", "1", "--warmup", "0"])
+
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"max_length": 1}, "max_length"),  # one token is only [CLS]
+    ({"labels": ["only"]}, "labels"),  # a classifier has two classes or more
+])
+def test_model_json_bounds_are_checked(change, where):
+    """model.json's minimum length and two labels at least."""
+    from edgekit import schemas
+
+    good = {"format": "onnx", "inputs": [{"name": "ids", "dtype": "int64", "shape": [1, "n"]}],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, 2]}], "labels": ["neg", "pos"],
+            "max_length": 2, "tokenizer": "tokenizer.json", "pad_id": 0}
+    schemas.validate(good, schemas.MODEL_JSON, "model.json")
+    with pytest.raises(EdgekitError, match=f"model.json is invalid at {where}"):
+        schemas.validate({**good, **change}, schemas.MODEL_JSON, "model.json")
+
+
+def test_a_manifest_file_hash_must_be_exactly_64_hex_digits():
+    """The stage files' sha256 pattern is anchored: 64 hex digits and a tail are refused."""
+    from edgekit import schemas
+
+    stage = {"name": "export", "key": "k", "input": {}, "output": {"path": "01-export", "kind": "onnx"},
+             "seconds": 1.0, "metrics": {}, "files": {"01-export/model.onnx": "0" * 64 + "z"}}
+    manifest = {"schema": 1, "edgekit_version": "x", "status": "complete", "recipe": {}, "stages": [stage],
+                "final": {}, "budgets": []}
+    with pytest.raises(EdgekitError, match="invalid at stages/0/files/01-export/model.onnx"):
+        schemas.validate(manifest, schemas.MANIFEST, "manifest.json")
