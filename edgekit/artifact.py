@@ -148,13 +148,19 @@ def write_json(path: Path, obj) -> None:
         os.fsync(f.fileno())
 
 
+def written_into(path: Path) -> bool:
+    """Whether `path` is written into as it is, not replaced through a temp file and a rename: a pipe, a terminal or a
+    device, or any path under /dev or /proc (/dev/stdout links to the shell's redirect, which may be a regular file;
+    the rename replaced /dev/stdout itself, for root)."""
+    return path.exists() and (not path.is_file() or path.absolute().parts[1:2] in (("dev",), ("proc",)))
+
+
 def write_text(path: Path, text: str) -> None:
-    """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half. A pipe,
-    a terminal or a device (gate --json /dev/stdout) is written into as it is: the rename replaced /dev/stdout itself
-    with a file, for root."""
-    if path.exists() and not path.is_file():
+    """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half (in the
+    folder a link points to: the link stays). Written into what written_into names (gate --json /dev/stdout)."""
+    if written_into(path):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return
-    with through_temp(path) as tmp:
+    with through_temp(path.resolve()) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -17,7 +17,7 @@ from edgekit import families
 from edgekit.artifact import weights_mb, write_json, write_text
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.progress import bar as progress_bar
-from edgekit.report import number, threads_text
+from edgekit.report import number, threads_text, unit_of
 
 # The published base configurations (as in each model's config.json on the hub), written out: no download.
 FAMILY_CONFIGS = {
@@ -43,8 +43,6 @@ FAMILY_CONFIGS = {
 FAMILIES = ("bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-base")  # what --families adds
 COLUMNS = ("model", "params_m", "size_fp32_mb", "size_int8_mb", "latency_ms_b1_fp32", "latency_ms_b1_int8",
            "latency_ms_b32_int8", "rss_after_load_mb_int8", "accuracy")
-UNITS = {"params_m": "M", "size_fp32_mb": "MB", "size_int8_mb": "MB", "latency_ms_b1_fp32": "ms",
-         "latency_ms_b1_int8": "ms", "latency_ms_b32_int8": "ms", "rss_after_load_mb_int8": "MiB", "accuracy": ""}
 
 
 @families.quiet_transformers()
@@ -204,7 +202,8 @@ def markdown(rows: list) -> str:
             "RSS after load MiB", "accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
-        cells = [str(r[c]) if c == "model" else number(r.get(c), UNITS[c]) for c in COLUMNS]
+        cells = [str(r[c]) if c == "model" else number(r.get(c), "M" if c == "params_m" else unit_of(c))
+                 for c in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + PLAIN + "\n"
 

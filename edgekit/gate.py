@@ -141,13 +141,13 @@ def check(path, budgets: list, target: str = None) -> list:
                                f"{', '.join(targets) or 'none'}; run edgekit bench {run} --target {target}")
     there = targets[target].get("metrics", {}) if target else {}
     own = [(m, *recipes.parse_bound(b)) for m, b in manifest["recipe"].get("budgets", {}).items()]
+    if target:  # and the target's own budgets, as edgekit bench checked them
+        own += [(r["metric"], r["op"], r["target"]) for r in targets[target].get("budgets", [])]
     if budgets and (dropped := [f"{m} {op} {b:g}" for m, op, b in own if m not in {given[0] for given in budgets}]):
         print(f"edgekit: warning: the budgets given replace the recipe's; not checked: {', '.join(dropped)} (give "
               f"them too to check them)", file=sys.stderr)
     if not budgets:
-        budgets = own
-        if target:  # and the target's own budgets, as edgekit bench checked them
-            budgets += [(r["metric"], r["op"], r["target"]) for r in targets[target].get("budgets", [])]
+        budgets = list(dict.fromkeys(own))
         if not budgets:
             raise UsageError("the run's recipe has no budgets; give --max-size-mb, --max-latency-ms-p90, "
                              "--min-accuracy-retained or --budget METRIC<=N")

@@ -176,6 +176,8 @@ def old_report(out: Path) -> bool:
     nothing else): a run into `out` replaces the run it describes, and a CI upload of the folder showed the old
     numbers beside the new model."""
     folder = out / "report"
+    if folder.is_symlink() or not folder.is_dir():  # a link is someone's: rmtree refused it, and "removed" was said
+        return False
     try:
         return (folder / "report.md").read_text(encoding="utf-8").startswith("# edgekit report") and \
             all(p.is_file() and p.suffix in (".md", ".html", ".png") for p in folder.iterdir())

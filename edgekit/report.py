@@ -7,7 +7,7 @@ per layer after pruning against the heads each layer had.
 import base64
 import html
 import json
-import math
+import numbers
 import os
 import re
 from pathlib import Path
@@ -158,15 +158,15 @@ def number(value, unit: str = "") -> str:
     millions of parameters ("M") 2 places (17.51, 5.03), or 3 significant figures under 1 (0.0662 MB for a tiny
     model, where 2 places read 0.07 for all of them); MiB of memory 1 place; a parameter count as 22.7M or 85k.
     Empty for what was not measured. (gate shows as many places as its verdict needs: gate.number.)"""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers too
         return ""
     if unit == "params":
         return params_text(value)
     if unit == "MiB":
         return f"{value:.1f}"
     if unit in ("MB", "ms", "s", "M"):
-        small = 0 < abs(value) < 0.995  # 3 significant figures, trailing zeros kept: 0.500, 0.0662
-        return f"{value:.{2 - math.floor(math.log10(abs(value))) if small else 2}f}"
+        small = 0 < abs(value) and round(abs(value), 2) < 1  # 3 significant figures, zeros kept: 0.500, 0.0662
+        return f"{value:#.3g}" if small else f"{value:.2f}"
     return f"{value:.4f}"
 
 

@@ -598,7 +598,7 @@ def test_a_bar_in_a_log_draws_no_stale_line_when_it_slows_down(monkeypatch, caps
             tqdm.monitor.exit()
     lines = capsys.readouterr().err.splitlines()[:-1]  # the closing line may repeat the last count
     counts = [re.search(r"(\d+)/60", line).group(1) for line in lines]
-    assert len(counts) == len(set(counts)), lines
+    assert len(counts) >= 3 and len(counts) == len(set(counts)), lines  # 0.3 s apart over 1 s and more
 
 
 def test_the_stop_handler_raises_once_then_again_only_after_the_repeat_window():

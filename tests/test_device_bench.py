@@ -247,6 +247,32 @@ def test_out_a_pipe_is_written_into_not_replaced(exported, tmp_path, monkeypatch
     assert f"--out {fifo} cannot be written by this user" in capsys.readouterr().err
 
 
+def test_out_dev_stdout_is_the_result_alone_and_a_link_under_dev_or_proc_is_written_into(exported, alone, tmp_path):
+    """The closing line followed the result on stdout (not JSON any more); `--out /dev/stdout > result.json` took
+    the rename (/dev/stdout links to a regular file then): refused for a user (/dev is not writable), and for root
+    the rename replaced /dev/stdout itself."""
+    import os
+
+    done = run_runner([str(exported["onnx"]), "--out", "/dev/stdout", "--runs", "2", "--warmup", "0"], cwd=alone)
+    assert done.returncode == 0 and json.loads(done.stdout)["complete"] is True, done.stderr
+    assert json.loads(done.stderr.splitlines()[-1])["written"] == "/dev/stdout"
+    runner = devices.runner_module()
+    (tmp_path / "w").mkdir()
+    target = tmp_path / "w" / "result.json"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT)  # /proc/self/fd/N: a link to a regular file, as /dev/stdout is
+    try:
+        out = Path(f"/proc/self/fd/{fd}")
+        assert runner.written_into(out) and runner.written_into(Path("/dev/stdout")) and runner.earlier(out) == ""
+        runner.write_result(out, {"complete": True})
+    finally:
+        os.close(fd)
+    assert json.loads(target.read_text()) == {"complete": True} and [p.name for p in target.parent.iterdir()] == [
+        target.name]
+    (tmp_path / "link.json").symlink_to(target)  # a user's link: the file it points to is replaced, the link stays
+    runner.write_result(tmp_path / "link.json", {"complete": False})
+    assert (tmp_path / "link.json").is_symlink() and json.loads(target.read_text()) == {"complete": False}
+
+
 def python_of(version: str):
     """An interpreter of this Python version on PATH or under pyenv (whose shims exist and fail for other versions)."""
     found = [shutil.which(f"python{version}")] + sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python"))

@@ -173,6 +173,17 @@ def test_device_results_from_edgekit_bench_are_gated_only_when_complete(finished
     assert [(r["metric"], r["ok"]) for r in rows] == [("size_mb", True), ("latency_ms_p90", False)]
 
 
+def test_budgets_given_with_a_target_name_the_targets_own_left_unchecked(finished, capsys):
+    """`gate RUN --target pi4 --max-size-mb 25` dropped pi4's latency budget without a word."""
+    manifest = json.loads((finished / "manifest.json").read_text())
+    manifest["devices"] = {"pi4": {"kind": "ssh", "complete": True, "metrics": {"latency_ms_p90": 42.0},
+                                   "budgets": [{"metric": "latency_ms_p90", "op": "<=", "target": 40.0}]}}
+    (finished / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert [r["metric"] for r in gate.check(finished, [("size_mb", "<=", 25.0)], target="pi4")] == ["size_mb"]
+    assert "not checked: latency_ms_p90 <= 40 (give them too" in capsys.readouterr().err
+
+
 def test_a_model_file_or_a_run_in_progress_is_named_as_such(finished, tmp_path):
     with pytest.raises(EdgekitError, match="model.onnx is a file, not a run"):  # was a 'utf-8' codec error
         gate.load_manifest(finished / "04-quantize" / "model.onnx")
@@ -543,6 +554,21 @@ def test_a_report_to_a_pipe_is_written_into_it_not_replaced(tmp_path):
     reader.join(10)
     assert got == ['{"ok": true}\n'] and stat.S_ISFIFO(fifo.stat().st_mode)
 
+
+
+def test_a_report_through_a_link_under_proc_is_written_into_and_a_users_link_stays(tmp_path):
+    """`gate --json /dev/stdout > verdict.json`: /dev/stdout links to a regular file then, and the rename replaced
+    the link itself (for root) or was refused (/dev is not writable)."""
+    target = tmp_path / "verdict.json"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT)
+    try:
+        gate.artifact.write_text(Path(f"/proc/self/fd/{fd}"), '{"ok": true}\n')
+    finally:
+        os.close(fd)
+    assert target.read_text() == '{"ok": true}\n' and [p.name for p in tmp_path.iterdir()] == [target.name]
+    (tmp_path / "link.json").symlink_to(target)
+    gate.artifact.write_text(tmp_path / "link.json", '{"ok": false}\n')
+    assert (tmp_path / "link.json").is_symlink() and target.read_text() == '{"ok": false}\n'
 
 
 def test_retained_is_counted_back_even_when_the_teacher_got_one_sentence_right():

@@ -355,8 +355,9 @@ def test_bubbles_scale_to_the_largest_model_and_a_10x_spread_of_latency_is_log(t
 
 @pytest.mark.parametrize("value, unit, shown", [
     (17.504961, "MB", "17.50"), (0.066227, "MB", "0.0662"), (0.9996, "MB", "1.00"), (0, "ms", "0.00"),
+    (0.995, "MB", "0.995"), (0.9949, "MB", "0.995"), (0.996, "MB", "1.00"), (0.09999, "MB", "0.100"),
     (0.41234, "ms", "0.412"), (0.5, "ms", "0.500"), (0.0996, "MB", "0.0996"), (5.0349, "ms", "5.03"),
-    (0.812345, "", "0.8123"), (123.456, "MiB", "123.5"),
+    (0.812345, "", "0.8123"), (123.456, "MiB", "123.5"), (__import__("numpy").float32(0.25), "ms", "0.250"),
     (22713216, "params", "22.7M"), (22.713, "M", "22.71"), (None, "MB", ""), (True, "", ""), ("?", "ms", "")])
 def test_a_number_is_shown_one_way(value, unit, shown):
     assert report.number(value, unit) == shown
@@ -407,3 +408,8 @@ def test_a_run_into_a_folder_removes_the_report_of_the_run_it_replaces(pruned_ru
     (run / "report" / "notes.txt").write_text("mine")  # a user's file in it: the folder is left alone
     pipeline.run(settings, run, progress=False)
     assert (run / "report" / "notes.txt").read_text() == "mine"
+    shutil.rmtree(run / "report")
+    report.build([run], tmp_path / "elsewhere")
+    (run / "report").symlink_to(tmp_path / "elsewhere")  # a link: "removed" was said, and nothing removed
+    pipeline.run(settings, run)
+    assert (run / "report").is_symlink() and "removed" not in capsys.readouterr().err

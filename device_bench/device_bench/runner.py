@@ -571,13 +571,22 @@ def model_file(path: Path) -> Path:
     return found[0]
 
 
+def written_into(path: Path) -> bool:
+    """Whether --out is written into as it is, not replaced through a temp file and a rename: a pipe, a terminal or a
+    device, or any path under /dev or /proc (/dev/stdout links to the shell's redirect, which may be a regular file;
+    the rename replaced /dev/stdout itself, for root). edgekit.artifact.written_into, which this package cannot
+    import."""
+    return path.exists() and (not path.is_file() or path.absolute().parts[1:2] in (("dev",), ("proc",)))
+
+
 def write_result(path: Path, result: dict) -> None:
-    into = path.exists() and not path.is_file()  # a pipe or a device (/dev/stdout): the rename replaced it, as root
+    into = written_into(path)
+    path = path if into else path.resolve()  # through a link: the file it points to is replaced, the link stays
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         if into:
             with open(path, "w", encoding="utf-8") as f:
-                f.write(json.dumps(result, indent=2))
+                f.write(json.dumps(result, indent=2) + "\n")
         else:
             tmp.write_text(json.dumps(result, indent=2))
             os.replace(tmp, path)
@@ -591,7 +600,7 @@ def write_result(path: Path, result: dict) -> None:
 
 def earlier(out: Path) -> str:
     """Said after a failed run's error: a result file already at --out is an earlier run's, not this one's."""
-    return f" ({out} is an earlier run's result, not this one's)" if out.is_file() else ""
+    return f" ({out} is an earlier run's result, not this one's)" if out.is_file() and not written_into(out) else ""
 
 
 class Parser(argparse.ArgumentParser):
@@ -633,7 +642,7 @@ def main(argv=None) -> int:
     out = Path(args.out)  # checked before the benchmark runs, not after it
     if out.is_dir():
         p.error(f"--out {args.out} is a folder; give the path of the result JSON file")
-    if out.exists() and not out.is_file():  # a pipe or a device: written into, whatever its folder allows
+    if written_into(out):  # a pipe or a device: written into, whatever its folder allows
         if not os.access(out, os.W_OK):
             p.error(f"--out {args.out} cannot be written by this user; give a file path or a pipe this user can write")
     elif not out.absolute().parent.is_dir():
@@ -661,5 +670,6 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     print(json.dumps({**{k: result[k] for k in ("latency_ms", "peak_rss_mb", "runtime", "machine")},
-                      "written": str(out.absolute())}))  # the whole result: --out defaults to the current folder
+                      "written": str(out.absolute())}),  # the whole result: --out defaults to the current folder
+          file=sys.stderr if written_into(out) else sys.stdout)  # --out /dev/stdout: the result alone there
     return 0
