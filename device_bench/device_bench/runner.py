@@ -8,7 +8,8 @@ copying this folder to a device with those packages is enough. Measured, in this
 after loading; latency p50/p90/p99 at batch 1 and a fixed sequence length after warm-up; throughput at batch 1
 and at batch N; latency on real sentences with tokenization included and accuracy (when --data is given);
 peak RSS (VmHWM). The result is written once, at the end, through a temporary file: a failed run writes none, and
-its error says so when an earlier run's result is at --out. A pipe or a device (--out /dev/stdout) is written into.
+its error says so when an earlier run's result is at --out. A pipe, a device or a path under /dev or /proc is written
+into (--out /dev/stdout: the result alone on stdout, the closing line on stderr).
 Unknown sidecar keys are ignored.
 """
 import argparse
