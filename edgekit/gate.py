@@ -144,8 +144,9 @@ def check(path, budgets: list, target: str = None) -> list:
     if target:  # and the target's own budgets, as edgekit bench checked them
         own += [(r["metric"], r["op"], r["target"]) for r in targets[target].get("budgets", [])]
     if budgets and (dropped := [f"{m} {op} {b:g}" for m, op, b in own if m not in {given[0] for given in budgets}]):
-        print(f"edgekit: warning: the budgets given replace the recipe's; not checked: {', '.join(dropped)} (give "
-              f"them too to check them)", file=sys.stderr)
+        whose = f"the recipe's and target {target}'s" if target else "the recipe's"
+        print(f"edgekit: warning: the budgets given replace {whose}; not checked: {', '.join(dropped)} (give them "
+              f"too to check them)", file=sys.stderr)
     if not budgets:
         budgets = list(dict.fromkeys(own))
         if not budgets:

@@ -181,7 +181,8 @@ def test_budgets_given_with_a_target_name_the_targets_own_left_unchecked(finishe
     (finished / "manifest.json").write_text(json.dumps(manifest))
     capsys.readouterr()
     assert [r["metric"] for r in gate.check(finished, [("size_mb", "<=", 25.0)], target="pi4")] == ["size_mb"]
-    assert "not checked: latency_ms_p90 <= 40 (give them too" in capsys.readouterr().err
+    assert "replace the recipe's and target pi4's; not checked: latency_ms_p90 <= 40 (give them too" in \
+        capsys.readouterr().err
 
 
 def test_a_model_file_or_a_run_in_progress_is_named_as_such(finished, tmp_path):
