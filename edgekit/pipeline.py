@@ -225,10 +225,10 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
             recipe = {**recipe, "data": {**recipe["data"], "source": str(file.resolve())}}
         loaded = data.load(seed=recipe["seed"], **recipe["data"])  # before the teacher: bad data is said at once,
         source = resolve_model(recipe["teacher"])  # not after fetching a model asset
-        config = AutoConfig.from_pretrained(source.path)  # read once for the label checks
+        config = AutoConfig.from_pretrained(source.path)  # read once for the shape and label checks
         splits = in_teacher_order(loaded, families.label_names(config))
         check_local_files(recipe)
-        check_shapes(recipe, source.path)
+        check_shapes(recipe, config)
         if "finetune" not in recipe["stages"]:
             check_head(source.path, config.architectures, recipe["teacher"])
             check_labels(config, splits.labels, recipe["teacher"])
@@ -697,11 +697,11 @@ def check_inputs(recipe: dict):
         splits = data.load(seed=recipe["seed"], **recipe["data"])
     check_local_files(recipe)
     if teacher := on_disk(recipe["teacher"]):
-        check_shapes(recipe, teacher)
-        if "finetune" not in recipe["stages"]:
-            from transformers import AutoConfig
+        from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(teacher)
+        config = AutoConfig.from_pretrained(teacher)  # read once for the shape and label checks
+        check_shapes(recipe, config)
+        if "finetune" not in recipe["stages"]:
             check_head(Path(teacher), config.architectures, recipe["teacher"])
             if splits is not None:  # as the run checks them, before its first stage
                 check_labels(config, in_teacher_order(splits, families.label_names(config)).labels, recipe["teacher"])
@@ -766,16 +766,16 @@ def tell_length(splits, source: Artifact, max_length: int, progress: bool) -> No
         log(f"data: {line}", progress)
 
 
-def check_shapes(recipe: dict, teacher: Path) -> None:
+def check_shapes(recipe: dict, config) -> None:
     """Settings that must fit the model each stage gets, as far as configs tell, before any stage runs (in
     --dry-run and in a real run): distill's layers, student_config and layer_map; prune's hidden_keep,
-    heads_per_layer and embedding_rank. After a student checkpoint that is not on disk yet, its stage checks."""
+    heads_per_layer and embedding_rank. After a student checkpoint that is not on disk yet, its stage checks.
+    `config`: the teacher's, which each caller has read already."""
     from transformers import AutoConfig
 
     from edgekit import distill_losses
     from edgekit.stages import distill, prune
 
-    config = AutoConfig.from_pretrained(teacher)
     check_length(recipe["max_length"], config, f"the teacher {recipe['teacher']}")
     model = config  # the config of the model the next stage gets; None once unknown
     for name in recipe["stages"]:
