@@ -69,6 +69,8 @@ def source(spec: str) -> tuple:
         raise UsageError(f"{spec} is an edgekit run, not a model; compare measures transformers folders as they are: "
                          f"give one of its stages' models ({', '.join(made) or 'it has none'}); the run's exported "
                          f"files are measured by edgekit bench {spec} --model FILE")
+    if (path / "model" / "config.json").is_file() and not (path / "config.json").is_file():
+        raise UsageError(f"{spec} is a run's stage folder, not a model; give the model it holds: {path / 'model'}")
     if path.exists() and not assets.is_asset(spec) and not (path / "config.json").is_file():
         what = "a file" if path.is_file() else "a folder without config.json"
         raise UsageError(f"{spec} is {what}, not a model compare can build; compare takes model assets "

@@ -236,6 +236,9 @@ def test_compare_reads_a_files_own_columns_names_a_runs_models_and_every_file_it
     assert f"{run} is an edgekit run, not a model; compare measures transformers folders as they are: give one of " \
         f"its stages' models ({run / '02-prune' / 'model'}); the run's exported files are measured by edgekit bench " \
         f"{run} --model FILE" in capsys.readouterr().err
+    assert cli.main(["compare", str(run / "02-prune"), "--out", str(tmp_path / "cmp")]) == 2
+    assert f"{run / '02-prune'} is a run's stage folder, not a model; give the model it holds: " \
+        f"{run / '02-prune' / 'model'}" in capsys.readouterr().err
 
 
 def test_compare_chart_says_the_sequence_length_and_threads(tmp_path, monkeypatch):

@@ -56,7 +56,7 @@ INTERMEDIATE = ("cosine", "embedding", "attention", "hidden", "pkd")
 TOKEN_LEVEL = ("cosine", "embedding", "attention", "hidden")
 
 
-LIMITS = {"layers": ("every_other", "all"), "layer_map": ("uniform", "last"), "intermediate_epochs": "[0, inf)",
+LIMITS = {"layers": ("every_other", "all"), "layer_map": losses.MAPS, "intermediate_epochs": "[0, inf)",
           "alpha": "[0, 1]", "cosine": "[0, inf)", "embedding": "[0, inf)", "attention": "[0, inf)",
           "hidden": "[0, inf)", "pkd": "[0, inf)", "augment": "[0, inf)", "augment_p": "(0, 1]",
           "augment_k": "[1, inf)", "cache_mb": "[0, inf)", "student_finetune": "[0, inf)"}  # and recipe.COMMON
