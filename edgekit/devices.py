@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -237,7 +238,8 @@ def runner_args(spec: dict, root: str, emulated: bool = False) -> list:
             "--runs", str(spec.get("runs", 50)), "--warmup", str(spec.get("warmup", 10)),
             "--batch", str(spec.get("batch", 8)), "--threads", str(spec.get("threads", 1)),
             "--seq-len", str(spec.get("seq_len", 128))]
-    return args + (["--emulated"] if emulated else [])
+    native_log = os.environ.get("DEVICE_BENCH_NATIVE_LOG") == "1"  # on the device too, wherever it runs
+    return args + (["--emulated"] if emulated else []) + (["--native-log"] if native_log else [])
 
 
 def tail(text, n: int = 300) -> str:
@@ -245,12 +247,26 @@ def tail(text, n: int = 300) -> str:
     return " ".join((text or "").split())[-n:] or "no output"
 
 
+NATIVE_CRASHES = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE")  # a runtime's own code died
+
+
 def runner_failure(name: str, done) -> str:
     said = next((l for l in reversed((done.stderr or "").splitlines()) if "device_bench: error:" in l), None)
     if said:  # the runner's own one-line message
         return f"target {name}: {said.split('device_bench: error: ')[-1].strip()[:300]}"
-    return (f"target {name}: the benchmark runner crashed with exit code {done.returncode} "
-            f"({tail((done.stderr or '') + ' ' + (done.stdout or ''))})")
+    code = -done.returncode if done.returncode < 0 else done.returncode - 128  # killed, or a shell's 128 + N
+    died = next((s.name for s in signal.Signals if s.value == code), "") if code > 0 else ""
+    hint = "; to see what the runtime wrote before it died, run again with DEVICE_BENCH_NATIVE_LOG=1 set for edgekit" \
+        if died in NATIVE_CRASHES and os.environ.get("DEVICE_BENCH_NATIVE_LOG") != "1" else ""
+    lines = (done.stderr or "").splitlines()
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error: ")), None)
+    if fatal is not None:  # faulthandler's report: its first line and the innermost frame say more than its end
+        frame = next((line.strip() for line in lines[fatal:] if line.strip().startswith("File ")), "")
+        said = lines[fatal] + (f"; innermost: {frame}" if frame else "")
+    else:
+        said = tail((done.stderr or "") + " " + (done.stdout or ""))
+    return (f"target {name}: the benchmark runner crashed with exit code {done.returncode}{', ' * bool(died)}{died} "
+            f"({said}){hint}")
 
 
 def call(argv: list, name: str, what: str, timeout: int, fix: str = "raise timeout_s in the target or lower "

@@ -1,8 +1,10 @@
 """Native libraries (TensorFlow and absl on import, the LiteRT converter, XNNPACK on the first invoke) and
 ai-edge-quantizer's progress bars write straight to file descriptors 1 and 2, past Python's logging and
 `--quiet`: banners like "All log messages before absl::InitializeLog() ..." and "Created TensorFlow Lite XNNPACK
-delegate for CPU." landed among edgekit's own progress and results."""
+delegate for CPU." landed among edgekit's own progress and results. EDGEKIT_NATIVE_LOG=1 leaves them in place: what
+a library wrote before it crashed the process (a signal, not an exception) is lost otherwise."""
 import contextlib
+import faulthandler
 import logging
 import os
 import sys
@@ -25,6 +27,9 @@ def hidden_output():
     (two TFLite loads in two threads left the process with fds 1 and 2 on a deleted file); what the host's other
     threads print meanwhile is dropped too. A root logging handler that code inside adds (logging.info() with no
     handler calls basicConfig, on the stderr of the moment) is taken away again: it wrote to the closed file."""
+    if os.environ.get("EDGEKIT_NATIVE_LOG") == "1":
+        yield
+        return
     with LOCK:
         handlers = list(logging.root.handlers)
         try:
@@ -50,7 +55,7 @@ def _hidden():
         os.dup2(log.fileno(), 2)
         failed = False
         try:
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):  # where sys.stdout is no fd 1
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), crash_reported(saved[1]):
                 yield
         except BaseException as e:
             failed = not isinstance(e, (EdgekitError, KeyboardInterrupt))
@@ -64,3 +69,19 @@ def _hidden():
                 log.seek(0)
                 if (text := log.read().strip()) and sys.stderr is not None:
                     sys.stderr.write(text[-TAIL:] + "\n")
+
+
+@contextlib.contextmanager
+def crash_reported(fd: int):
+    """A crash in native code meanwhile (SIGSEGV, SIGABRT: no exception, the process dies) says so on `fd`, the real
+    stderr, with Python's traceback (Python's faulthandler), where it said nothing: fd 2 is the hidden log then.
+    A faulthandler the host enabled itself is left as it is."""
+    if faulthandler.is_enabled():
+        yield
+        return
+    with open(fd, "w", closefd=False) as real:
+        faulthandler.enable(real)
+        try:
+            yield
+        finally:
+            faulthandler.disable()

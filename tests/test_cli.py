@@ -402,6 +402,24 @@ def test_hidden_output_drops_native_writes_and_shows_them_only_when_something_un
     assert capfd.readouterr().err == "fd 2 is back\n"
 
 
+@pytest.mark.parametrize("native_log", ["", "1"])
+def test_a_native_crash_inside_hidden_output_is_said_on_the_real_stderr(tmp_path, native_log):
+    """A converter or runtime that kills the process (SIGSEGV) while its output is hidden: Python's fatal error and
+    traceback reach the real stderr (the process died saying nothing); EDGEKIT_NATIVE_LOG=1 leaves what the
+    library wrote in place, and the host's stdout untouched."""
+    script = tmp_path / "crash.py"
+    script.write_text("import ctypes, os\nfrom edgekit.native import hidden_output\nwith hidden_output():\n"
+                      "    os.write(2, b'F0000 converter.cc:12] the reason\\n')\n    ctypes.string_at(0)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env={**os.environ, "EDGEKIT_NATIVE_LOG": native_log})
+    assert done.returncode == -11 and done.stdout == "", done
+    if native_log:
+        assert "F0000 converter.cc:12] the reason" in done.stderr, done.stderr
+    else:
+        assert "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
+        assert f'File "{script}", line 5' in done.stderr and "the reason" not in done.stderr, done.stderr
+
+
 def test_hidden_output_is_one_thread_at_a_time_and_takes_away_a_logging_handler_made_inside():
     """Two TFLite loads in two threads left fds 1 and 2 on a deleted file; litert_torch's logging.info() inside made
     the root handler of a host without logging configured write to that file ("--- Logging error ---")."""

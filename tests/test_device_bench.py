@@ -430,6 +430,20 @@ def test_native_info_lines_are_dropped_and_anything_else_is_passed_on(capfd):
     assert capfd.readouterr().err == "INFO: kept\n"
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_crash_in_the_runtime_s_first_call_is_reported_on_the_real_stderr(tmp_path, keep):
+    """A native crash while the runtime's output is kept apart: Python's fatal error and traceback reach the real
+    stderr (they went into the log that died with the process: nothing was said); --native-log shows the runtime's
+    own words as well."""
+    script = tmp_path / "crash.py"
+    script.write_text(f"import ctypes, os\nfrom edgekit import devices\nrunner = devices.runner_module()\n"
+                      f"with runner.native_info_dropped({keep}):\n    os.write(2, b'ERROR: op 12 failed\\n')\n"
+                      f"    ctypes.string_at(0)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
+    assert ("ERROR: op 12 failed" in done.stderr) == keep
+
+
 def test_runner_percentiles_time_units_and_memory_are_exact(monkeypatch):
     """The device's p90/p99 equal to its p50, latencies in µs and kB / 1000 as MiB all passed the suite (it checked
     p50 <= p90 <= p99 and signs only)."""

@@ -575,7 +575,8 @@ def bench_error(run, tmp_path, target: str, spec: dict, capsys, *extra) -> str:
 
 @pytest.mark.parametrize("mode, said, unsaid", [
     ("denied", "refused your default ssh key", "-i your default key"),  # was an invalid ssh-copy-id command
-    ("segv", "the benchmark runner crashed with exit code 139 (Segmentation fault)", None),  # was just the signal
+    ("segv", "the benchmark runner crashed with exit code 139, SIGSEGV (Segmentation fault); to see what the runtime "
+     "wrote before it died, run again with DEVICE_BENCH_NATIVE_LOG=1 set for edgekit", None),  # was just the signal
     ("noresult", "the runner printed: all good loaded the model", "run again with -v"),  # -v did not show it
     ("garbage", "no readable result.json", None),  # was a UnicodeDecodeError traceback
 ])
@@ -584,6 +585,25 @@ def test_ssh_device_failures_are_one_line_that_says_what_to_do(run, tmp_path, mo
     assert said in line and (unsaid is None or unsaid not in line), line
     if mode == "denied":
         assert "(ssh-copy-id pi@board)" in line
+
+
+def test_a_runner_killed_by_a_signal_is_named_with_faulthandler_s_first_line_and_innermost_frame(monkeypatch):
+    """A runtime that dies in native code: the signal by name, Python's fatal error and the frame it died in (the
+    end of faulthandler's report is a list of extension modules), and how to see what the runtime wrote."""
+    report = ("Fatal Python error: Segmentation fault\n\nCurrent thread 0x7f (most recent call first):\n"
+              '  File "/job/device_bench/runner.py", line 197 in logits\n  File "/job/device_bench/runner.py", line 455 '
+              "in bench\n\nExtension modules: numpy._core._multiarray_umath, ai_edge_litert (total: 2)\n")
+    said = devices.runner_failure("pi", subprocess.CompletedProcess([], -11, "", report))
+    assert said == ('target pi: the benchmark runner crashed with exit code -11, SIGSEGV (Fatal Python error: '
+                    'Segmentation fault; innermost: File "/job/device_bench/runner.py", line 197 in logits); to see '
+                    'what the runtime wrote before it died, run again with DEVICE_BENCH_NATIVE_LOG=1 set for edgekit')
+    assert ", SIGILL (" in devices.runner_failure("pi", subprocess.CompletedProcess([], 132, "", ""))  # over a shell
+    killed = devices.runner_failure("pi", subprocess.CompletedProcess([], -9, "", ""))
+    assert ", SIGKILL (no output)" in killed and "NATIVE_LOG" not in killed  # no runtime words to see
+    assert "SIG" not in devices.runner_failure("pi", subprocess.CompletedProcess([], 1, "Traceback: boom", ""))
+    monkeypatch.setenv("DEVICE_BENCH_NATIVE_LOG", "1")  # already set: not said again
+    assert "NATIVE_LOG" not in devices.runner_failure("pi", subprocess.CompletedProcess([], -6, "", ""))
+    assert devices.runner_args({"_model": "model/m.onnx"}, "/j")[-1] == "--native-log"  # passed on to any device
 
 
 def test_a_hanging_connection_names_the_setting_that_limits_it(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ Unknown sidecar keys are ignored.
 import argparse
 import contextlib
 import csv
+import faulthandler
 import hashlib
 import io
 import json
@@ -148,7 +149,8 @@ class OnnxRunner:
 class TFLiteRunner:
     """One signature per sequence bucket (batch 1): each row runs in the smallest bucket that holds it."""
 
-    def __init__(self, path: Path, meta: dict, threads: int):
+    def __init__(self, path: Path, meta: dict, threads: int, native_log: bool = False):
+        self.native_log = native_log
         try:
             from ai_edge_litert.interpreter import Interpreter
             import ai_edge_litert
@@ -192,7 +194,7 @@ class TFLiteRunner:
             padded_mask = np.zeros((1, b), dtype=np.int32)
             padded[0, :n] = row_ids[:n]
             padded_mask[0, :n] = 1
-            with native_info_dropped() if b in self.fresh else contextlib.nullcontext():
+            with native_info_dropped(self.native_log) if b in self.fresh else contextlib.nullcontext():
                 out = next(iter(self.runners[b](**{self.names[0]: padded, self.names[1]: padded_mask}).values()))[0]
             self.fresh.discard(b)
             if out.dtype != np.float32:  # full-integer models return quantized logits: scale them back
@@ -203,18 +205,20 @@ class TFLiteRunner:
 
 
 @contextlib.contextmanager
-def native_info_dropped():
+def native_info_dropped(keep: bool = False):
     """LiteRT's INFO lines ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.", written to file descriptor 2
     past Python on a signature's first invoke) are dropped; anything else written meanwhile is passed on after it.
-    A crash inside loses what the runtime wrote: DEVICE_BENCH_NATIVE_LOG=1 leaves stderr alone."""
+    A crash inside (SIGSEGV, SIGABRT) loses what the runtime wrote and says Python's fatal error and traceback on
+    stderr; `keep` (--native-log) or DEVICE_BENCH_NATIVE_LOG=1 leaves stderr alone, so the runtime's words stay."""
     if sys.stderr is not None:
         sys.stderr.flush()
     try:
-        if os.environ.get("DEVICE_BENCH_NATIVE_LOG") == "1":
+        if keep or os.environ.get("DEVICE_BENCH_NATIVE_LOG") == "1":
             raise OSError
         log = tempfile.TemporaryFile()
     except OSError:  # asked, or no writable temp folder (some Android shells): nothing kept apart
-        yield
+        with crash_reported(2):
+            yield
         return
     with log:
         try:
@@ -224,7 +228,8 @@ def native_info_dropped():
             return
         os.dup2(log.fileno(), 2)
         try:
-            yield
+            with crash_reported(saved):  # to the real stderr, not into the log that dies with the process
+                yield
         finally:
             if sys.stderr is not None:
                 sys.stderr.flush()
@@ -236,6 +241,25 @@ def native_info_dropped():
             if kept and sys.stderr is not None:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def crash_reported(fd: int):
+    """Python's faulthandler on file descriptor `fd` meanwhile: a crash in native code says where it happened (one
+    already enabled, by -X faulthandler, is left as it is)."""
+    try:
+        real = None if faulthandler.is_enabled() else open(fd, "w", closefd=False)
+    except OSError:  # a closed descriptor: nowhere to say it
+        real = None
+    if real is None:
+        yield
+        return
+    with real:
+        faulthandler.enable(real)
+        try:
+            yield
+        finally:
+            faulthandler.disable()
 
 
 def package_version(name: str) -> str:
@@ -438,7 +462,8 @@ def bench(model: Path, meta: dict, args) -> dict:
         pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
         texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
     started = time.perf_counter()
-    runner = (OnnxRunner if meta["format"] == "onnx" else TFLiteRunner)(model, meta, args.threads)
+    runner = OnnxRunner(model, meta, args.threads) if meta["format"] == "onnx" else \
+        TFLiteRunner(model, meta, args.threads, args.native_log)
     tokenizer = Tokenizer(model.parent / meta["tokenizer"], meta)
     load_s = time.perf_counter() - started
     rss_after_load = memory_mb("VmRSS")
@@ -628,6 +653,8 @@ def parser():
     p.add_argument("--threads", type=int, default=1, help="0: the runtime's default")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per input for latency (capped at max_length)")
     p.add_argument("--emulated", action="store_true", help="mark latency as measured under emulation")
+    p.add_argument("--native-log", action="store_true", help="leave what the TFLite runtime writes on stderr: its "
+                   "INFO lines, and a crash's last words (DEVICE_BENCH_NATIVE_LOG=1 does the same)")
     return p
 
 
