@@ -159,7 +159,7 @@ def write_text(path: Path, text: str) -> None:
     """Text (a markdown table, a report) the same way as write_json: the old file or the new one, never half (in the
     folder a link points to: the link stays). Written into what written_into names (gate --json /dev/stdout)."""
     if written_into(path):
-        with open(path, "w", encoding="utf-8") as f:
+        with open(path, "a", encoding="utf-8") as f:
             f.write(text)
         return
     with through_temp(path.resolve()) as tmp:

@@ -3,6 +3,7 @@ Exit codes: EXIT_CODES below. Errors are one line; -v shows the traceback."""
 import argparse
 import errno
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -257,7 +258,25 @@ def build_parser():
                          "instead of running the target (target manual, or the target whose settings it ran with)")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_bench)
-    for s in (c, r, a, g, rp, cp, sw, b):
+
+    pr = sub.add_parser("predict", help="labels and probabilities from a model for texts (arguments, a file or stdin); "
+                                        "accuracy where the file has labels")
+    pr.add_argument("model", help="a run folder (its final model), a stage's model folder, or an .onnx, .tflite or "
+                                  "TorchScript .pt file")
+    pr.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (none: --data, or one per line on "
+                                                             "standard input)")
+    pr.add_argument("--data", metavar="FILE", help="a .csv, .tsv or .jsonl file of texts; its labels, where it has "
+                                                   "them, give the accuracy")
+    pr.add_argument("--text-column", default="text", help="--data file's text column (default text)")
+    pr.add_argument("--label-column", default="label", help="--data file's label column, if any (default label)")
+    pr.add_argument("--text-pair-column", default="", help="a model of text pairs: --data file's second text column")
+    pr.add_argument("--max-length", type=positive, default=None, help="tokens per text (default: the model's)")
+    pr.add_argument("--threads", type=positive, default=None, help="runtime threads (default: the runtime's)")
+    pr.add_argument("--out", metavar="FILE", help="write every prediction, with each class's probability, to a "
+                                                  ".csv or .jsonl file instead of the table")
+    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    pr.set_defaults(func=cmd_predict)
+    for s in (c, r, a, g, rp, cp, sw, b, pr):
         s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
         s.epilog = EXIT_CODES
     return p
@@ -295,7 +314,7 @@ def aligned(text: str) -> str:
     lines, out, block = text.split("\n"), [], []
     for line in lines + [""]:
         if line.startswith("|") and line.endswith("|"):
-            block.append([c.strip() for c in line[1:-1].split("|")])
+            block.append([c.strip() for c in re.split(r"(?<!\\)\|", line[1:-1])])  # a cell's \| is text
             continue
         if block:
             rule = [set("".join(r)) <= set("-:") for r in block]  # the |---|--:| row: it sets no width
@@ -415,6 +434,21 @@ def cmd_bench(args) -> int:
     print(devices.summary(args.target, entry))
     gate.write_reports(entry["budgets"], f"{args.run} on {args.target}")
     return 0 if all(r["ok"] for r in entry["budgets"]) else OVER_BUDGET
+
+
+def cmd_predict(args) -> int:
+    from edgekit import artifact, predict
+
+    done = predict.run(args)
+    if args.out:
+        print(f"written: {args.out} ({len(done['rows'])} predictions)",
+              file=sys.stderr if artifact.written_into(Path(args.out)) else sys.stdout)  # --out /dev/stdout: alone
+    else:
+        print(aligned(predict.markdown(done["rows"])))
+    if done["accuracy"] is not None:
+        print(f"accuracy {done['accuracy']:.4f} ({done['right']} of {done['labelled']} labelled texts)",
+              file=sys.stderr if args.out and artifact.written_into(Path(args.out)) else sys.stdout)
+    return 0
 
 
 def cmd_report(args) -> int:

@@ -359,9 +359,11 @@ def check_source(source: str) -> None:
         raise UsageError(f"dataset {path} has suffix '{path.suffix}'; supported: {', '.join(FILE_SUFFIXES)}")
 
 
-def _read_file(path: Path, text_column: str, label_column: str, split_column: str, pair_column: str = "") -> tuple:
+def _read_file(path: Path, text_column: str, label_column: str, split_column: str, pair_column: str = "",
+               label_required: bool = True) -> tuple:
     """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out. With
-    `pair_column` each text is the pair (text, text_pair), a row with either empty left out."""
+    `pair_column` each text is the pair (text, text_pair), a row with either empty left out. Without
+    `label_required`, the label column may be missing and a row without a label is kept, with label None."""
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order
             text = f.read()  # mark; a quoted field's \r\n stays (read_text made it \n, device_bench kept it)
@@ -370,6 +372,7 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     settings = [(s, c) for s, c in (("text_column", text_column), ("label_column", label_column),
                                     ("split_column", split_column), ("text_pair_column", pair_column)) if c]
     used = {c: s for s, c in settings}  # column -> the data setting that names it
+    optional = () if label_required else (label_column,)
     names = [c for _, c in settings]
     if twice := [(s, c) for s, c in settings if names.count(c) > 1]:
         raise UsageError(f"data.{' and data.'.join(s for s, _ in twice)} name the same column '{twice[0][1]}'; "
@@ -398,9 +401,9 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                                            f"written); fix or remove that row")
                 records.append(record)
         if records:  # a key any record has is a column; a record without it is a row without that value
-            _check_columns(path, list(dict.fromkeys(k for r in records for k in r)), used)
+            _check_columns(path, list(dict.fromkeys(k for r in records for k in r)), used, optional)
     else:
-        records = _csv_records(path, text, used)
+        records = _csv_records(path, text, used, optional)
     if not records:
         raise EdgekitError(f"dataset {path} is empty; it needs a header and labelled rows")
     rows = []
@@ -408,19 +411,36 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         text, label = r.get(text_column), r.get(label_column)
         second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
-        if text is None or label is None or str(text).strip() == "" or str(label).strip() in ("", "nan", "NaN", "NAN") \
+        if label is not None and str(label).strip() in ("", "nan", "NaN", "NAN"):
+            label = None  # a missing value (pandas writes one as nan)
+        if text is None or str(text).strip() == "" or (label is None and label_required) \
                 or second is None or (pair_column and str(second).strip() == ""):
-            continue  # a missing value (pandas writes one as nan): the row carries no example
+            continue  # the row carries no example
         text = (str(text), str(second)) if pair_column else str(text)
         split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(joined(text))
         split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
         if split not in ("train", "validation", "test"):
             raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (or dev, valid, "
                                f"val), test")
-        rows.append((text, unicodedata.normalize("NFC", str(label)).strip(), split))  # NFD (macOS) is NFC
+        label = None if label is None else unicodedata.normalize("NFC", str(label)).strip()  # NFD (macOS) is NFC
+        rows.append((text, label, split))
     if not rows:
-        raise EdgekitError(f"dataset {path} has no row with both a text and a label")
+        raise EdgekitError(f"dataset {path} has no row with both a text and a label" if label_required else
+                           f"dataset {path} has no row with a text")
     return rows, len(records)
+
+
+def read_texts(path, text_column: str = "text", label_column: str = "label", pair_column: str = "") -> tuple:
+    """(texts, labels) of a local CSV, TSV or JSONL file read as compress reads it, every row with a text, in file
+    order; labels[i] is None where the row (or the file) has no label. Texts are pairs with `pair_column`."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UsageError(f"{path} is {'a folder' if path.is_dir() else 'not there'}; give a .csv, .tsv or .jsonl "
+                         f"file of texts (a relative path is read from the current folder, {Path.cwd()})")
+    if path.suffix not in (".csv", ".tsv", ".jsonl"):
+        raise UsageError(f"{path} is not a .csv, .tsv or .jsonl file; give one with a '{text_column}' column")
+    rows, _ = _read_file(path, text_column, label_column, "", pair_column, label_required=False)
+    return [r[0] for r in rows], [r[1] for r in rows]
 
 
 def _encodes(text: str) -> bool:
@@ -440,8 +460,10 @@ class _Record(dict):
         self.repeated = {k for k in keys if keys.count(k) > 1}
 
 
-def _check_columns(path: Path, columns: list, used: dict) -> None:
+def _check_columns(path: Path, columns: list, used: dict, optional=()) -> None:
     for col, setting in used.items():
+        if col not in columns and col in optional:
+            continue
         if col not in columns:
             if near := [c for c in columns if str(c).strip().lower() == col.strip().lower()]:
                 raise UsageError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
@@ -480,7 +502,7 @@ def _unquoted(field: str) -> str:
     return field
 
 
-def _csv_records(path: Path, text: str, used: dict) -> list:
+def _csv_records(path: Path, text: str, used: dict, optional=()) -> list:
     """A CSV/TSV file's rows as {column: value}; a row with more fields than the header, or too few to reach a
     column in use, is refused: an unquoted comma (tab) in a text would shift its label."""
     sep, sep_name = ("\t", "tab") if path.suffix == ".tsv" else (",", "comma")
@@ -494,8 +516,8 @@ def _csv_records(path: Path, text: str, used: dict) -> list:
                 continue
             if header is None:
                 header = row
-                _check_columns(path, header, used)
-                needed = 1 + max(header.index(c) for c in used)
+                _check_columns(path, header, used, optional)
+                needed = 1 + max(header.index(c) for c in used if c in header)
                 continue
             while len(row) > len(header) and not row[-1].strip():  # trailing empty fields shift nothing
                 row = row[:-1]

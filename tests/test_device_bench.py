@@ -263,11 +263,14 @@ def test_out_dev_stdout_is_the_result_alone_and_a_link_under_dev_or_proc_is_writ
     try:
         out = Path(f"/proc/self/fd/{fd}")
         assert runner.written_into(out) and runner.written_into(Path("/dev/stdout")) and runner.earlier(out) == ""
+        os.write(fd, b"before\n")  # what the shell's redirect already holds stays (opened for writing, it went)
         runner.write_result(out, {"complete": True})
     finally:
         os.close(fd)
-    assert json.loads(target.read_text()) == {"complete": True} and [p.name for p in target.parent.iterdir()] == [
-        target.name]
+    before, result = target.read_text().split("\n", 1)
+    assert before == "before" and json.loads(result) == {"complete": True} and \
+        [p.name for p in target.parent.iterdir()] == [target.name]
+    target.write_text("")
     (tmp_path / "link.json").symlink_to(target)  # a user's link: the file it points to is replaced, the link stays
     runner.write_result(tmp_path / "link.json", {"complete": False})
     assert (tmp_path / "link.json").is_symlink() and json.loads(target.read_text()) == {"complete": False}

@@ -563,10 +563,11 @@ def test_a_report_through_a_link_under_proc_is_written_into_and_a_users_link_sta
     target = tmp_path / "verdict.json"
     fd = os.open(target, os.O_WRONLY | os.O_CREAT)
     try:
+        os.write(fd, b"before\n")  # `(echo before; edgekit gate --json /dev/stdout) > f`: kept, not truncated away
         gate.artifact.write_text(Path(f"/proc/self/fd/{fd}"), '{"ok": true}\n')
     finally:
         os.close(fd)
-    assert target.read_text() == '{"ok": true}\n' and [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert target.read_text() == 'before\n{"ok": true}\n' and [p.name for p in tmp_path.iterdir()] == [target.name]
     (tmp_path / "link.json").symlink_to(target)
     gate.artifact.write_text(tmp_path / "link.json", '{"ok": false}\n')
     assert (tmp_path / "link.json").is_symlink() and target.read_text() == '{"ok": false}\n'

@@ -611,7 +611,7 @@ def write_result(path: Path, result: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         if into:
-            with open(path, "w", encoding="utf-8") as f:
+            with open(path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(result, indent=2) + "\n")
         else:
             tmp.write_text(json.dumps(result, indent=2))
