@@ -37,6 +37,9 @@ def main(argv=None):
     a = p.parse_args(argv)
     run = a.run.resolve()
     manifest, ctx = pipeline.context_of(run)
+    if manifest["recipe"]["max_length"] < 128:  # said now, not after the pruning and exports it would take
+        p.error(f"{a.run} was made with max_length {manifest['recipe']['max_length']}; this benchmark times 128 "
+                f"tokens: give a run made with max_length >= 128")
     recipe, splits, teacher = manifest["recipe"], ctx.splits, ctx.teacher
     work = run / "bench-prune"
     settings = dict(heads_keep=a.heads_keep, ffn_keep=a.ffn_keep, steps=a.steps, recover_epochs=a.recover_epochs,

@@ -53,6 +53,9 @@ def main(argv=None):
         return write(summarize(json.loads((a.out / "quantize.json").read_text())), a.out)
     run = a.run.resolve()
     manifest, ctx = pipeline.context_of(run)
+    if manifest["recipe"]["max_length"] < 128:  # said now, not after the pruning and exports it would take
+        p.error(f"{a.run} was made with max_length {manifest['recipe']['max_length']}; this benchmark times 128 "
+                f"tokens: give a run made with max_length >= 128")
     work = run / "bench-quantize"
     fp32 = {f: exported(ctx, work / f"fp32-{f}", f, a.reuse) for f in ("onnx", "tflite", "torchscript")}
     fixed = exported(ctx, work / "fp32-tflite-fixed128", "tflite", a.reuse, buckets=[128])
@@ -76,7 +79,7 @@ def main(argv=None):
                      "quantization": m.metrics.get("quantization"), "label_agreement_vs_fp32": m.metrics.get("label_agreement"),
                      "latency_ms_p50_128": lat["fixed"]["p50"], "latency_ms_p90_128": lat["fixed"]["p90"],
                      "latency_ms_p50_sentences": lat["sentences"]["p50"], "p50_128_by_round": lat["fixed_p50_by_round"]})
-    result = {"run": str(run), "model": f"{manifest['recipe']['teacher']} fine-tuned ({ctx.teacher.path})",
+    result = {"run": str(run), "model": f"{manifest['recipe']['teacher']} fine-tuned ({inside(ctx.teacher.path, run)})",
               "test_examples": len(ctx.splits.test), "threads": 1, "batch": 1, "runs": a.runs, "rounds": a.rounds,
               "rows": rows}
     write(summarize(result), a.out)
@@ -153,7 +156,16 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def inside(path, run: Path) -> str:
+    """A path in the run as RUN-NAME/..., not this machine's absolute path (the markdown is committed)."""
+    try:
+        return str(Path(run.name) / Path(path).relative_to(run))
+    except ValueError:
+        return str(path)
+
+
 if __name__ == "__main__":
     from edgekit.cli import script
 
     sys.exit(script(main))
+

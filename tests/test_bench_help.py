@@ -53,3 +53,15 @@ def test_a_bench_usage_error_is_one_line(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1
     assert err.startswith(f"{Path(sys.argv[0]).name}: error: argument --rounds: invalid int value: 'x'; see ")
+
+
+@pytest.mark.parametrize("script", ["prune", "quantize"])
+def test_a_run_too_short_for_128_tokens_is_refused_before_the_work(script, tmp_path, capsys, monkeypatch):
+    """Both time 128 tokens: a run of max_length 32 failed after its pruning or exports, advising a --seq-len the
+    scripts do not have."""
+    module = __import__(script)
+    monkeypatch.setattr(module.pipeline, "context_of", lambda run: ({"recipe": {"max_length": 32}}, None))
+    with pytest.raises(SystemExit) as e:
+        module.main([str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"{tmp_path} was made with max_length 32; this benchmark times 128 tokens" in err
