@@ -42,7 +42,14 @@ OUTS = ("compress", "sweep", "report", "compare")  # commands with an --out fold
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "command", None) == "predict":  # texts after an option: argparse hands out
+        before, after = (extra[:extra.index("--")], extra[extra.index("--") + 1:]) if "--" in extra else (extra, [])
+        if not any(x.startswith("-") for x in before):  # positionals before it reads on, and keeps these apart
+            args.texts, extra = args.texts + before + after, []
+    if extra:
+        hint = "; put -- before texts that start with -" if getattr(args, "command", None) == "predict" else ""
+        parser.error(f"unrecognized arguments: {' '.join(extra)[:200]}{hint}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -259,21 +266,23 @@ def build_parser():
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_bench)
 
-    pr = sub.add_parser("predict", help="labels and probabilities from a model for texts (arguments, a file or stdin); "
-                                        "accuracy where the file has labels")
+    pr = sub.add_parser("predict", allow_abbrev=False, help="labels and probabilities from a model for texts "
+                        "(arguments, a file or stdin); accuracy where the file has labels")
     pr.add_argument("model", help="a run folder (its final model), a stage's model folder, or an .onnx, .tflite or "
                                   "TorchScript .pt file")
-    pr.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (none: --data, or one per line on "
-                                                             "standard input)")
+    pr.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (none, or -: one per line on standard "
+                                                             "input; -- before texts that start with -)")
     pr.add_argument("--data", metavar="FILE", help="a .csv, .tsv or .jsonl file of texts; its labels, where it has "
                                                    "them, give the accuracy")
-    pr.add_argument("--text-column", default="text", help="--data file's text column (default text)")
-    pr.add_argument("--label-column", default="label", help="--data file's label column, if any (default label)")
-    pr.add_argument("--text-pair-column", default="", help="a model of text pairs: --data file's second text column")
-    pr.add_argument("--max-length", type=positive, default=None, help="tokens per text (default: the model's)")
-    pr.add_argument("--threads", type=positive, default=None, help="runtime threads (default: the runtime's)")
-    pr.add_argument("--out", metavar="FILE", help="write every prediction, with each class's probability, to a "
-                                                  ".csv or .jsonl file instead of the table")
+    pr.add_argument("--text-column", metavar="NAME", help="--data file's text column (default text)")
+    pr.add_argument("--label-column", metavar="NAME", help="--data file's label column (default label, if there)")
+    pr.add_argument("--text-pair-column", metavar="NAME", help="a model of text pairs: --data file's second text")
+    pr.add_argument("--max-length", metavar="N", type=positive, help="tokens per text (default: the model's)")
+    pr.add_argument("--threads", metavar="N", type=positive, help="runtime threads (default: the runtime's)")
+    pr.add_argument("--out", metavar="FILE", help="write every prediction, with its row and each class's "
+                                                  "probability, to a .csv or .jsonl file instead of the table")
+    pr.add_argument("--format", choices=("csv", "jsonl"), help="--out's format where its name does not say it "
+                                                                "(/dev/stdout: csv unless given)")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
     pr.set_defaults(func=cmd_predict)
     for s in (c, r, a, g, rp, cp, sw, b, pr):
@@ -440,14 +449,14 @@ def cmd_predict(args) -> int:
     from edgekit import artifact, predict
 
     done = predict.run(args)
+    said = sys.stderr if args.out and artifact.written_into(Path(args.out)) else sys.stdout  # --out /dev/stdout: alone
+    n = len(done["rows"])
     if args.out:
-        print(f"written: {args.out} ({len(done['rows'])} predictions)",
-              file=sys.stderr if artifact.written_into(Path(args.out)) else sys.stdout)  # --out /dev/stdout: alone
+        print(f"written: {args.out} ({n} prediction{'s' * (n != 1)})", file=said)
     else:
         print(aligned(predict.markdown(done["rows"])))
     if done["accuracy"] is not None:
-        print(f"accuracy {done['accuracy']:.4f} ({done['right']} of {done['labelled']} labelled texts)",
-              file=sys.stderr if args.out and artifact.written_into(Path(args.out)) else sys.stdout)
+        print(f"accuracy {done['accuracy']:.4f} ({done['right']} of {done['labelled']} labelled texts)", file=said)
     return 0
 
 

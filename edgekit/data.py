@@ -360,10 +360,12 @@ def check_source(source: str) -> None:
 
 
 def _read_file(path: Path, text_column: str, label_column: str, split_column: str, pair_column: str = "",
-               label_required: bool = True) -> tuple:
+               label_required: bool = True, optional=()) -> tuple:
     """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out. With
     `pair_column` each text is the pair (text, text_pair), a row with either empty left out. Without
-    `label_required`, the label column may be missing and a row without a label is kept, with label None."""
+    `label_required` (texts to predict), a row without a label is kept with label None, and its third item is its
+    number among the file's rows (1: the first after the header) in place of a split. Columns in `optional` may
+    be missing."""
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order
             text = f.read()  # mark; a quoted field's \r\n stays (read_text made it \n, device_bench kept it)
@@ -372,7 +374,6 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     settings = [(s, c) for s, c in (("text_column", text_column), ("label_column", label_column),
                                     ("split_column", split_column), ("text_pair_column", pair_column)) if c]
     used = {c: s for s, c in settings}  # column -> the data setting that names it
-    optional = () if label_required else (label_column,)
     names = [c for _, c in settings]
     if twice := [(s, c) for s, c in settings if names.count(c) > 1]:
         raise UsageError(f"data.{' and data.'.join(s for s, _ in twice)} name the same column '{twice[0][1]}'; "
@@ -405,9 +406,9 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     else:
         records = _csv_records(path, text, used, optional)
     if not records:
-        raise EdgekitError(f"dataset {path} is empty; it needs a header and labelled rows")
+        raise EdgekitError(f"dataset {path} is empty; it needs a header and {'labelled ' * label_required}rows")
     rows = []
-    for r in records:
+    for number, r in enumerate(records, 1):
         text, label = r.get(text_column), r.get(label_column)
         second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
@@ -417,12 +418,15 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                 or second is None or (pair_column and str(second).strip() == ""):
             continue  # the row carries no example
         text = (str(text), str(second)) if pair_column else str(text)
+        label = None if label is None else unicodedata.normalize("NFC", str(label)).strip()  # NFD (macOS) is NFC
+        if not label_required:
+            rows.append((text, label, number))
+            continue
         split = str(r.get(split_column, "")).strip().lower() if split_column else _hash_split(joined(text))
         split = {"dev": "validation", "valid": "validation", "val": "validation"}.get(split, split)
         if split not in ("train", "validation", "test"):
             raise EdgekitError(f"dataset {path} split value '{split}'; allowed: train, validation (or dev, valid, "
                                f"val), test")
-        label = None if label is None else unicodedata.normalize("NFC", str(label)).strip()  # NFD (macOS) is NFC
         rows.append((text, label, split))
     if not rows:
         raise EdgekitError(f"dataset {path} has no row with both a text and a label" if label_required else
@@ -430,17 +434,19 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     return rows, len(records)
 
 
-def read_texts(path, text_column: str = "text", label_column: str = "label", pair_column: str = "") -> tuple:
-    """(texts, labels) of a local CSV, TSV or JSONL file read as compress reads it, every row with a text, in file
-    order; labels[i] is None where the row (or the file) has no label. Texts are pairs with `pair_column`."""
+def read_texts(path, text_column: str = "text", label_column: str = "label", pair_column: str = "",
+               label_column_needed: bool = False) -> tuple:
+    """([(text, label, row number)], rows read) of a local CSV, TSV or JSONL file read as compress reads it: every
+    row with a text, in file order; label None where the row (or the file, unless `label_column_needed`) has no
+    label. Texts are pairs with `pair_column`."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UsageError(f"{path} is {'a folder' if path.is_dir() else 'not there'}; give a .csv, .tsv or .jsonl "
                          f"file of texts (a relative path is read from the current folder, {Path.cwd()})")
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
         raise UsageError(f"{path} is not a .csv, .tsv or .jsonl file; give one with a '{text_column}' column")
-    rows, _ = _read_file(path, text_column, label_column, "", pair_column, label_required=False)
-    return [r[0] for r in rows], [r[1] for r in rows]
+    return _read_file(path, text_column, label_column, "", pair_column, label_required=False,
+                      optional=() if label_column_needed else (label_column,))
 
 
 def _encodes(text: str) -> bool:

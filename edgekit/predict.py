@@ -13,30 +13,82 @@ from edgekit.progress import bar, terminal
 
 SHOWN = 100  # characters of a text in the table (the --out file holds it whole)
 BAR_FROM = 1000  # texts: fewer take seconds, and a bar would only add two lines to a log
+FORMATS = ("csv", "jsonl")
+
+
+def out_format(args) -> str:
+    """The --out file's format ('' without --out), checked before any work: a path that cannot be written fails
+    here, not after every text was predicted."""
+    if not args.out:
+        if args.format:
+            raise UsageError("--format sets --out's format; give --out FILE too")
+        return ""
+    out = Path(args.out)
+    if out.is_dir():
+        raise UsageError(f"--out {args.out} is a folder; give the path of a .csv or .jsonl file")
+    if not out.absolute().parent.is_dir():
+        raise UsageError(f"--out {args.out}: folder {out.absolute().parent} does not exist; create it or give "
+                         f"another path")
+    if args.data and out.exists() and out.resolve() == Path(args.data).expanduser().resolve():
+        raise UsageError(f"--out {args.out} is the --data file; give another path (it would replace your data)")
+    suffix = out.suffix.lower().lstrip(".")
+    if args.format or artifact.written_into(out):  # a pipe has no suffix: CSV unless --format says
+        return args.format or "csv"
+    if suffix not in FORMATS:
+        raise UsageError(f"--out {args.out}: give a .csv or .jsonl file (or --format csv|jsonl)")
+    return suffix
 
 
 def texts_of(args) -> tuple:
-    """(texts, gold labels or None per text) from the arguments, --data, or the lines of standard input."""
+    """[(text, gold label or None, row number)] from the arguments, --data, or the lines of standard input."""
     if args.texts and args.data:
         raise UsageError("give texts as arguments or --data FILE, not both")
+    if not args.data:
+        for flag, value in (("--text-column", args.text_column), ("--label-column", args.label_column),
+                            ("--text-pair-column", args.text_pair_column)):
+            if value is not None:
+                raise UsageError(f"{flag} names a column of --data FILE; give the file too")
     if args.data:
         try:
-            return data.read_texts(args.data, args.text_column, args.label_column, args.text_pair_column)
+            rows, read = data.read_texts(args.data, args.text_column or "text", args.label_column or "label",
+                                         args.text_pair_column or "", label_column_needed=bool(args.label_column))
         except EdgekitError as e:  # the reader speaks of recipe settings: here they are flags
             said = str(e)
             for setting in ("text_column", "label_column", "text_pair_column"):
                 said = said.replace(f"data.{setting}", "--" + setting.replace("_", "-"))
             raise type(e)(said) from None
-    if args.text_pair_column:
-        raise UsageError("--text-pair-column reads --data FILE; give the file of text pairs")
-    if args.texts:
-        return list(args.texts), [None] * len(args.texts)
-    if sys.stdin is None or terminal(sys.stdin):
+        if read > len(rows):
+            print(f"edgekit: warning: {read - len(rows)} of {read} rows of {args.data} have no text"
+                  f"{' (or no second text)' * bool(args.text_pair_column)}; left out (--out's row column numbers "
+                  f"the file's rows)", file=sys.stderr)
+        return rows
+    if args.texts and args.texts != ["-"]:
+        for i, text in enumerate(args.texts, 1):
+            if not utf8(text):
+                raise UsageError(f"text argument {i} is not UTF-8; give it in UTF-8 (iconv -t utf-8 converts)")
+        return [(text, None, i) for i, text in enumerate(args.texts, 1)]
+    if sys.stdin is None or (terminal(sys.stdin) and not args.texts):
         raise UsageError("give texts to classify: as arguments, --data FILE, or one per line on standard input")
-    texts = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
-    if not texts:
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8", "replace")
+    rows = []
+    for i, line in enumerate(raw.splitlines(), 1):
+        try:
+            text = line.decode("utf-8-sig" if i == 1 else "utf-8")  # a byte-order mark starts some files
+        except UnicodeDecodeError:
+            raise UsageError(f"standard input line {i} is not UTF-8; convert the input (iconv -f latin1 -t utf-8)")
+        if text.strip():
+            rows.append((text, None, i))
+    if not rows:
         raise UsageError("standard input held no text; give one text per line")
-    return texts, [None] * len(texts)
+    return rows
+
+
+def utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (Python keeps them as surrogates)
+        return False
 
 
 def gold_names(gold: list, labels: list, source: str) -> list | None:
@@ -55,11 +107,12 @@ def gold_names(gold: list, labels: list, source: str) -> list | None:
 
 
 def run(args) -> dict:
-    """Predict and write: the table on stdout, or --out; returns {predictions, accuracy, right, labelled}."""
-    out = Path(args.out) if args.out else None
-    if out and out.suffix not in (".csv", ".jsonl") and not artifact.written_into(out):
-        raise UsageError(f"--out {args.out}: give a .csv or .jsonl file")
-    texts, gold = texts_of(args)
+    """Predict and write --out; returns {rows, right, labelled, accuracy} (accuracy None where nothing is labelled)."""
+    if args.max_length is not None and args.max_length < runtime.MIN_LENGTH:
+        raise UsageError(f"--max-length {args.max_length}: give a whole number >= {runtime.MIN_LENGTH}")
+    fmt = out_format(args)
+    given = texts_of(args)
+    texts = [t for t, _, _ in given]
     model = runtime.load(args.model, threads=args.threads or 0, max_length=args.max_length or 0)
     meta = getattr(model, "meta", None) or {}  # an exported file's model.json: whether it reads pairs
     if meta.get("text_pair") and not isinstance(texts[0], tuple):
@@ -67,7 +120,7 @@ def run(args) -> dict:
                          f"second text's column")
     if meta and not meta.get("text_pair") and isinstance(texts[0], tuple):
         raise UsageError(f"{args.model} reads single texts, not pairs; leave out --text-pair-column")
-    gold = gold_names(gold, list(model.labels), args.data)
+    gold = gold_names([g for _, g, _ in given], list(model.labels), args.data) or [None] * len(texts)
     labels, probs = [], []
     with bar(total=len(texts), desc="predict", unit="text", disable=args.quiet or len(texts) < BAR_FROM) as b:
         for s in range(0, len(texts), runtime.CHUNK):
@@ -75,10 +128,10 @@ def run(args) -> dict:
             labels += done["labels"]
             probs += done["probs"].tolist()
             b.update(len(done["labels"]))
-    rows = [{"text": t, "label": label, "prob": max(p), "probs": dict(zip(model.labels, p)), "gold": g}
-            for t, label, p, g in zip(texts, labels, probs, gold or [None] * len(texts))]
-    if out:
-        artifact.write_text(out, jsonl(rows) if out.suffix == ".jsonl" else table_csv(rows, list(model.labels)))
+    rows = [{"row": n, "text": t, "label": label, "prob": max(p), "probs": dict(zip(model.labels, p)), "gold": g}
+            for (t, _, n), label, p, g in zip(given, labels, probs, gold)]
+    if fmt:
+        artifact.write_text(Path(args.out), jsonl(rows) if fmt == "jsonl" else table_csv(rows, list(model.labels)))
     labelled = [r for r in rows if r["gold"] is not None]
     right = sum(r["label"] == r["gold"] for r in labelled)
     return {"rows": rows, "right": right, "labelled": len(labelled),
@@ -90,7 +143,7 @@ def pair(text) -> dict:
 
 
 def jsonl(rows: list) -> str:
-    return "".join(json.dumps({**pair(r["text"]), "label": r["label"], "prob": round(r["prob"], 6),
+    return "".join(json.dumps({"row": r["row"], **pair(r["text"]), "label": r["label"], "prob": round(r["prob"], 6),
                                "probs": {k: round(v, 6) for k, v in r["probs"].items()},
                                **({"gold": r["gold"]} if r["gold"] is not None else {})}, ensure_ascii=False) + "\n"
                    for r in rows)
@@ -100,9 +153,9 @@ def table_csv(rows: list, labels: list) -> str:
     f = io.StringIO()
     gold = any(r["gold"] is not None for r in rows)
     writer = csv.writer(f, lineterminator="\n")
-    writer.writerow([*pair(rows[0]["text"]), "label", "prob", *(f"prob_{k}" for k in labels), *["gold"] * gold])
+    writer.writerow(["row", *pair(rows[0]["text"]), "label", "prob", *(f"prob_{k}" for k in labels), *["gold"] * gold])
     for r in rows:
-        writer.writerow([*pair(r["text"]).values(), r["label"], round(r["prob"], 6),
+        writer.writerow([r["row"], *pair(r["text"]).values(), r["label"], round(r["prob"], 6),
                          *(round(r["probs"][k], 6) for k in labels), *[r["gold"] or ""] * gold])
     return f.getvalue()
 
@@ -114,7 +167,8 @@ def markdown(rows: list) -> str:
     for r in rows:
         text = " [SEP] ".join(r["text"]) if isinstance(r["text"], tuple) else r["text"]
         text = " ".join(text.split())  # one line: newlines and tabs in a text as spaces
-        text = (text[:SHOWN - 1] + "…" if len(text) > SHOWN else text).replace("|", "\\|")
+        text = text[:SHOWN - 1] + "…" if len(text) > SHOWN else text
+        text = text.replace("\\", "\\\\").replace("|", "\\|")  # markdown: a | would end the cell
         mark = f" {r['gold'] or ''}{' (wrong)' if r['gold'] is not None and r['gold'] != r['label'] else ''} |" * gold
         lines.append(f"| {r['label']} | {r['prob']:.4f} |{mark} {text} |")
     return "\n".join(lines)

@@ -26,7 +26,8 @@ def load(path, threads: int = 0, max_length: int = 0):
                            f"transformers folder, or a .onnx, .tflite or .pt file")  # "" was the working folder
     path = Path(path).expanduser()
     if not path.exists():
-        raise EdgekitError(f"{path} does not exist; give a transformers folder, or a .onnx, .tflite or .pt file")
+        raise EdgekitError(f"{path} does not exist; give a run folder, a transformers folder, or a .onnx, .tflite or "
+                           f".pt file")
     if path.name == "manifest.json" or (path / "manifest.json").is_file():  # a finished run: its final model
         from edgekit.gate import load_manifest
 

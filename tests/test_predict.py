@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -53,10 +54,12 @@ def test_out_writes_every_prediction_with_each_class_probability(one_run, tmp_pa
     out = capsys.readouterr().out
     assert out.startswith(f"written: {tmp_path / 'p.csv'} (240 predictions)\naccuracy ")
     got = list(csv.DictReader((tmp_path / "p.csv").open()))
-    texts, gold = data.read_texts(source)
+    rows, _ = data.read_texts(source)
+    texts, gold = [t for t, _, _ in rows], [g for _, g, _ in rows]
     model = edgekit.load(one_run)
     want = model(texts)
     assert [r["text"] for r in got] == texts and [r["gold"] for r in got] == gold
+    assert [r["row"] for r in got] == [str(i) for i in range(1, 241)]
     assert [r["label"] for r in got] == want["labels"]
     probs = np.array([[float(r[f"prob_{k}"]) for k in model.labels] for r in got])
     assert np.allclose(probs, want["probs"], atol=1e-6) and np.allclose(probs.sum(1), 1, atol=1e-5)
@@ -65,18 +68,59 @@ def test_out_writes_every_prediction_with_each_class_probability(one_run, tmp_pa
     assert [x["label"] for x in lines] == want["labels"] and lines[0]["gold"] == gold[0]
     assert set(lines[0]["probs"]) == set(model.labels) and lines[0]["prob"] == max(lines[0]["probs"].values())
     assert cli.main(["predict", str(one_run), "a", "--out", str(tmp_path / "p.txt")]) == 2
-    assert "--out " + str(tmp_path / "p.txt") + ": give a .csv or .jsonl file" in capsys.readouterr().err
+    assert "--out " + str(tmp_path / "p.txt") + ": give a .csv or .jsonl file (or --format" in capsys.readouterr().err
     assert not (tmp_path / "p.txt").exists()
+    assert cli.main(["predict", str(one_run), "a", "--out", str(tmp_path / "p.txt"), "--format", "jsonl"]) == 0
+    assert json.loads((tmp_path / "p.txt").read_text())["text"] == "a"
+
+
+def stdin(raw: bytes):
+    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
 
 
 def test_standard_input_gives_one_text_per_line(one_run, monkeypatch, capsys):
-    monkeypatch.setattr("sys.stdin", io.StringIO("a good film\n\n  \nan | awful one\r\n"))
-    assert cli.main(["predict", str(one_run)]) == 0
+    monkeypatch.setattr("sys.stdin", stdin("\ufeffa good film\n\n  \nan | awful \\| one\r\n".encode()))
+    assert cli.main(["predict", str(one_run), "-"]) == 0  # - : standard input, as without texts
     rows = table(capsys.readouterr().out)[1:]
-    assert [r[2] for r in rows] == ["a good film", "an \\| awful one"]  # a | in a text stays in its cell
-    monkeypatch.setattr("sys.stdin", io.StringIO("\n\n"))
+    assert [r[2] for r in rows] == ["a good film", "an \\| awful \\\\\\| one"]  # no byte-order mark; | stays text
+    monkeypatch.setattr("sys.stdin", stdin(b"\n\n"))
     assert cli.main(["predict", str(one_run)]) == 2
     assert "standard input held no text; give one text per line" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", stdin(b"fine\ngood \xff film\n"))  # Latin-1: a UnicodeDecodeError traceback
+    assert cli.main(["predict", str(one_run)]) == 2
+    assert "standard input line 2 is not UTF-8; convert the input (iconv" in capsys.readouterr().err
+
+
+def test_texts_may_follow_options_and_start_with_a_dash_after_two_dashes(one_run, capsys):
+    assert cli.main(["predict", str(one_run), "--quiet", "a good film", "--", "-1 stars", "--x"]) == 0
+    assert [r[2] for r in table(capsys.readouterr().out)[1:]] == ["a good film", "-1 stars", "--x"]
+    for argv in (["a", "--x"], ["a", "--ou", "f.csv"]):  # no abbreviated flags either: --ou was --out
+        with pytest.raises(SystemExit) as e:
+            cli.main(["predict", str(one_run), *argv])
+        assert e.value.code == 2
+        assert f"unrecognized arguments: {argv[1]}" in capsys.readouterr().err
+
+
+def test_rows_without_a_text_are_said_and_the_out_file_numbers_the_file_s_rows(one_run, tmp_path, capsys):
+    file = tmp_path / "holes.csv"
+    file.write_text("text,label\n,pos\nfine film,neg\n  ,neg\ngreat cast,pos\n")
+    out = tmp_path / "p.jsonl"
+    assert cli.main(["predict", str(one_run), "--data", str(file), "--out", str(out)]) == 0
+    assert f"2 of 4 rows of {file} have no text; left out" in capsys.readouterr().err
+    assert [json.loads(line)["row"] for line in out.read_text().splitlines()] == [2, 4]
+
+
+def test_out_is_checked_before_any_work_and_never_replaces_the_data(one_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("edgekit.runtime.load", lambda *a, **k: pytest.fail("loaded before --out was checked"))
+    source = tmp_path / "d.csv"
+    source.write_text(before := (one_run.parent / "d.csv").read_text())
+    (tmp_path / "folder.csv").mkdir()
+    for out, said in ((source, "is the --data file; give another path (it would replace your data)"),
+                      (tmp_path / "folder.csv", "is a folder; give the path of a .csv or .jsonl file"),
+                      (tmp_path / "no" / "p.csv", f"folder {tmp_path / 'no'} does not exist; create it")):
+        assert cli.main(["predict", str(one_run), "--data", str(source), "--out", str(out)]) == 2
+        assert said in capsys.readouterr().err
+    assert source.read_text() == before
 
 
 def test_labels_the_model_does_not_know_give_predictions_and_no_accuracy(one_run, tmp_path, capsys):
@@ -89,16 +133,23 @@ def test_labels_the_model_does_not_know_give_predictions_and_no_accuracy(one_run
 
 @pytest.mark.parametrize("argv, message", [
     (["a", "--data", "f.csv"], "give texts as arguments or --data FILE, not both"),
-    (["a", "--text-pair-column", "h"], "--text-pair-column reads --data FILE; give the file of text pairs"),
+    (["a", "--text-pair-column", "h"], "--text-pair-column names a column of --data FILE; give the file too"),
+    (["a", "--label-column", "y"], "--label-column names a column of --data FILE; give the file too"),
+    (["--data", "d.csv", "--label-column", "y"], "has no column 'y'; columns: 'text', 'label'; set --label-column"),
+    (["a", "--max-length", "2"], "--max-length 2: give a whole number >= 3"),
     (["--data", "missing.csv"], "missing.csv is not there; give a .csv, .tsv or .jsonl file of texts"),
     (["--data", "d.csv", "--text-column", "tweet"], "has no column 'tweet'; columns: 'text', 'label'; set "
                                                     "--text-column to one of them"),
-    (["--data", "d.csv", "--label-column", "gold", "--text-pair-column", "label"], "reads single texts, not pairs; "
-                                                                                  "leave out --text-pair-column"),
+    (["--data", "d.csv", "--label-column", "label", "--text-pair-column", "text"], "--text-column and "
+     "--text-pair-column name the same column 'text'"),
+    (["--data", "pairs.csv", "--text-pair-column", "second"], "reads single texts, not pairs; leave out "
+                                                             "--text-pair-column"),
     (["--data", "d.csv", "--label-column", "text"], "--text-column and --label-column name the same column 'text'"),
 ])
-def test_wrong_inputs_are_one_line(one_run, monkeypatch, capsys, argv, message):
-    monkeypatch.chdir(one_run.parent)
+def test_wrong_inputs_are_one_line(one_run, tmp_path, monkeypatch, capsys, argv, message):
+    shutil.copy(one_run.parent / "d.csv", tmp_path / "d.csv")
+    (tmp_path / "pairs.csv").write_text("text,second\na,b\n")
+    monkeypatch.chdir(tmp_path)
     assert cli.main(["predict", str(one_run), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
@@ -114,7 +165,7 @@ def test_a_model_of_text_pairs_reads_them_from_the_file(tmp_path, capsys):
     assert cli.main(["predict", str(tmp_path / "run"), "--data", str(file), "--text-column", "premise",
                      "--text-pair-column", "hypothesis", "--out", str(tmp_path / "p.csv")]) == 0
     got = list(csv.DictReader((tmp_path / "p.csv").open()))
-    texts, _ = data.read_texts(file, "premise", pair_column="hypothesis")
+    texts = [t for t, _, _ in data.read_texts(file, "premise", pair_column="hypothesis")[0]]
     assert [(r["text"], r["text_pair"]) for r in got] == texts
     assert [r["label"] for r in got] == edgekit.load(tmp_path / "run")(texts)["labels"]
     capsys.readouterr()
@@ -123,12 +174,14 @@ def test_a_model_of_text_pairs_reads_them_from_the_file(tmp_path, capsys):
 
 
 def test_read_texts_keeps_rows_without_a_label_and_files_without_a_label_column(tmp_path):
-    (tmp_path / "a.csv").write_text("text,label\nfirst,pos\nsecond,\nthird,nan\n,neg\n")
-    assert data.read_texts(tmp_path / "a.csv") == (["first", "second", "third"], ["pos", None, None])
+    (tmp_path / "a.csv").write_text("text,label\nfirst,pos\n,neg\nsecond,\nthird,nan\n")
+    assert data.read_texts(tmp_path / "a.csv") == ([("first", "pos", 1), ("second", None, 3), ("third", None, 4)], 4)
     (tmp_path / "b.jsonl").write_text('{"text": "only"}\n{"text": "texts", "label": "neg"}\n')
-    assert data.read_texts(tmp_path / "b.jsonl") == (["only", "texts"], [None, "neg"])
+    assert data.read_texts(tmp_path / "b.jsonl")[0] == [("only", None, 1), ("texts", "neg", 2)]
     (tmp_path / "c.tsv").write_text("text\nno labels here\n")
-    assert data.read_texts(tmp_path / "c.tsv") == (["no labels here"], [None])
+    assert data.read_texts(tmp_path / "c.tsv")[0] == [("no labels here", None, 1)]
+    with pytest.raises(edgekit.UsageError, match="has no column 'label'"):
+        data.read_texts(tmp_path / "c.tsv", label_column_needed=True)
     (tmp_path / "d.txt").write_text("text\nx\n")
     with pytest.raises(edgekit.UsageError, match="is not a .csv, .tsv or .jsonl file"):
         data.read_texts(tmp_path / "d.txt")
