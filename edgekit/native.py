@@ -5,6 +5,7 @@ delegate for CPU." landed among edgekit's own progress and results. EDGEKIT_NATI
 a library wrote before it crashed the process (a signal, not an exception) is lost otherwise."""
 import contextlib
 import faulthandler
+import fcntl
 import logging
 import os
 import sys
@@ -45,30 +46,47 @@ def _hidden():
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:  # None where Python started with the descriptor closed (`>&-`)
             stream.flush()
-    try:
-        saved = os.dup(1), os.dup(2)
-    except OSError:  # a closed descriptor: nothing to hide into, run as is
-        yield
-        return
+    saved = _copies()
     with tempfile.TemporaryFile("w+", errors="replace") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         failed = False
         try:
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), crash_reported(saved[1]):
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), crash_reported(saved[2]):
                 yield
         except BaseException as e:
             failed = not isinstance(e, (EdgekitError, KeyboardInterrupt))
             raise
         finally:
             log.flush()
-            for fd, copy in zip((1, 2), saved):
-                os.dup2(copy, fd)
-                os.close(copy)
+            for fd, copy in saved.items():
+                if copy is None:  # closed before: closed again
+                    os.close(fd)
+                else:
+                    os.dup2(copy, fd)
+                    os.close(copy)
             if failed:
                 log.seek(0)
                 if (text := log.read().strip()) and sys.stderr is not None:
                     sys.stderr.write(text[-TAIL:] + "\n")
+
+
+def _copies() -> dict:
+    """{1: a copy of fd 1, 2: of fd 2}, each at 3 or above, or None where the descriptor is closed; a closed one is
+    opened on /dev/null meanwhile. A new descriptor takes the lowest free number: with fd 2 closed (`2>&-`), the
+    copy of stdout was fd 2 itself, which the hiding then overwrote (stdout came back on the deleted log and all
+    printed after it was lost), and the log would take fd 2 itself."""
+    copies = {}
+    for fd in (1, 2):
+        try:
+            copies[fd] = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+        except OSError:
+            copies[fd] = None
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    return copies
 
 
 @contextlib.contextmanager
@@ -76,7 +94,7 @@ def crash_reported(fd: int):
     """A crash in native code meanwhile (SIGSEGV, SIGABRT: no exception, the process dies) says so on `fd`, the real
     stderr, with Python's traceback (Python's faulthandler), where it said nothing: fd 2 is the hidden log then.
     A faulthandler the host enabled itself is left as it is."""
-    if faulthandler.is_enabled():
+    if faulthandler.is_enabled() or fd is None:  # the host's own; or stderr was closed: nowhere to say it
         yield
         return
     with open(fd, "w", closefd=False) as real:
