@@ -273,6 +273,9 @@ def test_masked_lm_candidates_are_read_at_each_inserted_mask_and_fit_the_positio
     spans = [(1, (4, 8)), (1, (9, 12)), (1, (13, 18))]  # cast, was, awful
     got = augment.mlm_candidates(ByPosition(), tok, pair, spans, k=1)
     assert len({tuple(c) for c in got}) == 3  # was: one list for all three (the literal mask's position)
+    text = "the [MASK] cast was awful"  # the literal mask earlier in the same text, not in the other of a pair
+    got = augment.mlm_candidates(ByPosition(), tok, text, [(0, (11, 15)), (0, (16, 19)), (0, (20, 25))], k=1)
+    assert len({tuple(c) for c in got}) == 3
     torch.manual_seed(0)
     long = " ".join(["good"] * 200)
     assert augment.mlm_candidates(RobertaForMaskedLM(testing.tiny_config("roberta")).eval(), tok, long,

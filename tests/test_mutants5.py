@@ -176,31 +176,6 @@ def test_max_abs_diff_is_the_largest_difference_either_way():
     assert got == {"max_abs_diff": 2.0, "label_agreement": 1.0}
 
 
-def test_masked_lm_candidates_skip_a_literal_mask_earlier_in_the_same_text():
-    """A text holding "[MASK]" before the masked word: each word's candidates are read at its own mask."""
-    import torch
-    from transformers import BertTokenizer
-
-    from edgekit import augment, testing
-
-    tok = BertTokenizer(vocab=testing.tiny_vocab())
-    words = [i for i, _ in augment._whole_words(tok, "")]
-
-    class ByPosition(torch.nn.Module):  # the top candidate at token position t is whole word t (mod their count)
-        config = testing.tiny_config("bert")
-
-        def forward(self, input_ids, **kw):
-            logits = torch.full((*input_ids.shape, len(tok)), -1.0)
-            for t in range(input_ids.shape[1]):
-                logits[:, t, words[t % len(words)]] = 1.0
-            return type("Out", (), {"logits": logits})
-
-    text = "the [MASK] cast was awful"
-    spans = [(0, (11, 15)), (0, (16, 19)), (0, (20, 25))]  # cast, was, awful
-    got = augment.mlm_candidates(ByPosition(), tok, text, spans, k=1)
-    assert len({tuple(c) for c in got}) == 3, got  # one list for all three: read at the literal mask
-
-
 def test_the_summary_marks_reused_stages_and_says_which_budgets_were_not_measured():
     manifest = {"stages": [{"name": "export", "seconds": 3.2, "reused": True, "metrics": {"size_mb": 1.5}},
                            {"name": "evaluate", "seconds": 1.0, "reused": False, "metrics": {"accuracy": 0.9}}],
