@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import traceback
+import unicodedata
 from pathlib import Path
 
 import edgekit
@@ -327,17 +328,22 @@ def aligned(text: str) -> str:
             continue
         if block:
             rule = [set("".join(r)) <= set("-:") for r in block]  # the |---|--:| row: it sets no width
-            widths = [max([3] + [len(r[i]) for r, is_rule in zip(block, rule) if not is_rule and i < len(r)])
+            widths = [max([3] + [shown(r[i]) for r, is_rule in zip(block, rule) if not is_rule and i < len(r)])
                       for i in range(max(map(len, block)))]
             right = [c.endswith(":") for c in block[1]] if len(block) > 1 else []
             for r, is_rule in zip(block, rule):
                 cells = [("-" * (w - 1) + ":" if c.endswith(":") else "-" * w) if is_rule
-                         else c.rjust(w) if i < len(right) and right[i] else c.ljust(w)
+                         else " " * (w - shown(c)) + c if i < len(right) and right[i] else c + " " * (w - shown(c))
                          for i, (c, w) in enumerate(zip(r, widths))]
                 out.append("| " + " | ".join(cells) + " |")
             block = []
         out.append(line)
     return "\n".join(out[:-1])
+
+
+def shown(text: str) -> int:
+    """The columns a terminal gives `text`: wide characters (CJK, most emoji) take two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def summary(manifest: dict) -> str:

@@ -153,6 +153,7 @@ class Reloaded:
 
 class HFModel(Reloads):
     kind = "hf"
+    meta = None  # inside a run: {"text_pair": whether the run read pairs}
 
     def __init__(self, path: Path, threads: int = 0, max_length: int = 0, pairs: bool = False):
         import torch
@@ -168,6 +169,9 @@ class HFModel(Reloads):
         if pairs and self.separator is not None:  # its logits() read pairs from the start (export's reference)
             families.derive_segments(self.model, self.separator)
         self.labels = families.label_names(self.model.config)
+        if recipe := run_recipe(Path(path)):  # a stage's model takes what its run was trained on, as the exports do;
+            data = recipe.get("data")  # any other folder takes single texts and pairs
+            self.meta = {"text_pair": isinstance(data, dict) and bool(data.get("text_pair_column"))}
         self.longest = min(512, families.max_tokens(self.model.config))  # past the position table torch fails
         declared = getattr(self.tokenizer, "model_max_length", 0) or 0  # a stage's model: the run's max_length
         self.max_length = min(max_length or run_max_length(Path(path)) or (declared if declared <= 512 else 0)
@@ -202,12 +206,22 @@ class HFModel(Reloads):
 def run_max_length(folder: Path) -> int:
     """The recipe's max_length when `folder` is a stage's model inside an edgekit run (RUN/03-prune/model), so
     the folder truncates where the run's exported files do; 0 elsewhere."""
+    try:
+        return int(run_recipe(folder).get("max_length") or 0)
+    except (ValueError, TypeError):
+        return 0
+
+
+def run_recipe(folder: Path) -> dict:
+    """The recipe of the edgekit run whose stage's model `folder` is (RUN/03-prune/model); {} elsewhere."""
     for parent in list(folder.resolve().parents)[:2]:
         try:
-            return int(json.loads((parent / "manifest.json").read_text())["recipe"]["max_length"])
+            recipe = json.loads((parent / "manifest.json").read_text())["recipe"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    return 0
+        if isinstance(recipe, dict):
+            return recipe
+    return {}
 
 
 def read_sidecar(model_file: Path) -> dict:

@@ -543,6 +543,9 @@ def test_tables_printed_to_a_terminal_line_up_and_stay_markdown():
     text = "head\n| a | bb |\n|---|---:|\n| long cell | 1 |\n| x |  |\n\nafter"
     assert cli.aligned(text) == ("head\n| a         |  bb |\n| --------- | --: |\n| long cell |   1 |\n"
                                  "| x         |     |\n\nafter")  # was printed as built: columns of every width
+    wide = cli.aligned("| text | n |\n|---|---:|\n| good 😀 film | 1 |\n| 日本語 | 22 |\n| cafe\u0301 a\\|b | 3 |")
+    assert wide.splitlines()[2:] == ["| good 😀 film |   1 |", "| 日本語       |  22 |", "| cafe\u0301 a\\|b    |   3 |"]
+    # wide characters take two columns and a combining accent none: the rows end where a terminal shows them
 
 
 def test_assets_list_shows_what_the_cache_takes_and_what_may_go(tmp_path, monkeypatch, capsys):

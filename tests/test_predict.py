@@ -171,6 +171,21 @@ def test_a_model_of_text_pairs_reads_them_from_the_file(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["predict", str(tmp_path / "run"), "one text"]) == 2
     assert "reads text pairs; give --data FILE with --text-pair-column" in capsys.readouterr().err
+    stage = tmp_path / "run" / "01-finetune" / "model"  # a stage's model takes what its run read, as the export
+    assert cli.main(["predict", str(stage), "one text"]) == 2  # (it predicted a single text: exit 0)
+    assert f"{stage} reads text pairs; give --data FILE" in capsys.readouterr().err
+    with pytest.raises(edgekit.EdgekitError, match="this model reads text pairs"):
+        edgekit.load(stage)(["one text"])
+    assert len(edgekit.load(stage)(texts[:3])["labels"]) == 3
+    shutil.copytree(stage, tmp_path / "alone")  # outside a run: a transformers folder takes either
+    assert len(edgekit.load(tmp_path / "alone")(["one text", "another"])["labels"]) == 2
+
+
+def test_a_stage_model_of_a_single_text_run_refuses_pairs(one_run):
+    model = edgekit.load(one_run / "01-finetune" / "model")
+    with pytest.raises(edgekit.EdgekitError, match="this model reads single texts, not pairs"):
+        model([("a", "b")])
+    assert len(model(["a good film"])["labels"]) == 1
 
 
 def test_read_texts_keeps_rows_without_a_label_and_files_without_a_label_column(tmp_path):
