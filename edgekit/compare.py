@@ -180,8 +180,7 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
         try:  # the whole test split, as the evaluate stage scores it
             data = datasets.load(data_source, text_column=text_column, label_column=label_column)
         except UsageError as e:  # its advice names the recipe's settings: here they are flags
-            raise UsageError(str(e).replace("data.text_column", "--text-column")
-                             .replace("data.label_column", "--label-column")) from None
+            raise UsageError(datasets.as_flags(str(e))) from None
     for spec in specs:  # a typo in the last model stops the command before the first is measured
         check(spec, seq_len)
     out.mkdir(parents=True, exist_ok=True)

@@ -396,7 +396,7 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                         kind = "a list" if isinstance(record[key], list) else "an object"
                         raise EdgekitError(f"{path}: {what} on line {n} is {kind}; {todo}")
                 for key in used:  # JSON's \\ud800 escape alone: text no tokenizer (nor UTF-8) takes
-                    if isinstance(record.get(key), str) and not _encodes(record[key]):
+                    if isinstance(record.get(key), str) and not encodes(record[key]):
                         raise EdgekitError(f"{path} line {n}: its {key!r} holds half a character (an unpaired "
                                            f"surrogate, \\ud800-\\udfff: an emoji cut in two where the file was "
                                            f"written); fix or remove that row")
@@ -449,7 +449,15 @@ def read_texts(path, text_column: str = "text", label_column: str = "label", pai
                       optional=() if label_column_needed else (label_column,))
 
 
-def _encodes(text: str) -> bool:
+def as_flags(message: str) -> str:
+    """A data error's advice for a command that takes the columns as flags: data.text_column is --text-column (and
+    the label and pair columns likewise)."""
+    for setting in ("text_column", "label_column", "text_pair_column"):
+        message = message.replace(f"data.{setting}", "--" + setting.replace("_", "-"))
+    return message
+
+
+def encodes(text: str) -> bool:
     try:
         text.encode("utf-8")
         return True

@@ -53,10 +53,7 @@ def texts_of(args) -> tuple:
             rows, read = data.read_texts(args.data, args.text_column or "text", args.label_column or "label",
                                          args.text_pair_column or "", label_column_needed=bool(args.label_column))
         except EdgekitError as e:  # the reader speaks of recipe settings: here they are flags
-            said = str(e)
-            for setting in ("text_column", "label_column", "text_pair_column"):
-                said = said.replace(f"data.{setting}", "--" + setting.replace("_", "-"))
-            raise type(e)(said) from None
+            raise type(e)(data.as_flags(str(e))) from None
         if read > len(rows):
             print(f"edgekit: warning: {read - len(rows)} of {read} rows of {args.data} have no text"
                   f"{' (or no second text)' * bool(args.text_pair_column)}; left out (--out's row column numbers "
@@ -64,7 +61,7 @@ def texts_of(args) -> tuple:
         return rows
     if args.texts and args.texts != ["-"]:
         for i, text in enumerate(args.texts, 1):
-            if not utf8(text):
+            if not data.encodes(text):  # bytes the shell passed that are not UTF-8 (kept as surrogates)
                 raise UsageError(f"text argument {i} is not UTF-8; give it in UTF-8 (iconv -t utf-8 converts)")
         return [(text, None, i) for i, text in enumerate(args.texts, 1)]
     if sys.stdin is None or (terminal(sys.stdin) and not args.texts):
@@ -81,14 +78,6 @@ def texts_of(args) -> tuple:
     if not rows:
         raise UsageError("standard input held no text; give one text per line")
     return rows
-
-
-def utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (Python keeps them as surrogates)
-        return False
 
 
 def gold_names(gold: list, labels: list, source: str) -> list | None:

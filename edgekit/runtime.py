@@ -174,7 +174,7 @@ class HFModel(Reloads):
             self.meta = {"text_pair": isinstance(data, dict) and bool(data.get("text_pair_column"))}
         self.longest = min(512, families.max_tokens(self.model.config))  # past the position table torch fails
         declared = getattr(self.tokenizer, "model_max_length", 0) or 0  # a stage's model: the run's max_length
-        self.max_length = min(max_length or run_max_length(Path(path)) or (declared if declared <= 512 else 0)
+        self.max_length = min(max_length or run_max_length(recipe) or (declared if declared <= 512 else 0)
                               or self.longest, self.longest)
         self.lock = threading.Lock()  # a fast tokenizer's call sets truncation on its shared backend, then encodes
 
@@ -203,11 +203,11 @@ class HFModel(Reloads):
         return predict(self, texts, max_length)
 
 
-def run_max_length(folder: Path) -> int:
-    """The recipe's max_length when `folder` is a stage's model inside an edgekit run (RUN/03-prune/model), so
-    the folder truncates where the run's exported files do; 0 elsewhere."""
+def run_max_length(recipe: dict) -> int:
+    """The max_length of a run's recipe (run_recipe), so a stage's model truncates where the run's exported files
+    do; 0 for {} (a folder outside a run) or a value that is not a number."""
     try:
-        return int(run_recipe(folder).get("max_length") or 0)
+        return int(recipe.get("max_length") or 0)
     except (ValueError, TypeError):
         return 0
 
