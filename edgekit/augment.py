@@ -71,11 +71,16 @@ def cached(cache: Path, labels: set):
         saved = json.loads(cache.read_text(encoding="utf-8"))
         examples = saved["examples"]
         if saved["source"] in ("mlm", "embedding") and isinstance(examples, list) and all(
-                isinstance(x, list) and len(x) == 2 and _is_text(x[0]) and x[1] in labels for x in examples):
-            return [(tuple(t) if isinstance(t, list) else t, y) for t, y in examples], saved["source"]
+                isinstance(x, list) and len(x) == 2 and _is_text(x[0]) and _label(x[1]) in labels for x in examples):
+            return [(tuple(t) if isinstance(t, list) else t, _label(y)) for t, y in examples], saved["source"]
     except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         pass
     return None
+
+
+def _label(y):
+    """A label as read back from JSON: a multi-label tuple was written as a list."""
+    return tuple(y) if isinstance(y, list) else y
 
 
 def save(cache: Path, examples: list, source: str) -> None:

@@ -26,7 +26,7 @@ except OverflowError:  # a C long of 32 bits
 
 @dataclass
 class Splits:
-    train: list  # [(text, label_id)]
+    train: list  # [(text, label_id)]; multi-label: [(text, (0 or 1 per label))]
     validation: list
     test: list
     labels: list  # label names, index = label id
@@ -34,6 +34,7 @@ class Splits:
     # what was read: {"rows": rows read, "skipped": rows without text or label (None: a named dataset),
     # "splits": {split: rows before max_train / max_eval}, "classes": {label: rows in all splits}}
     stats: dict = field(default_factory=dict, compare=False)
+    multi_label: bool = False  # each example has a set of labels (any number, none too), not one class
 
     @property
     def pairs(self) -> bool:
@@ -50,10 +51,16 @@ LIMITS = {"max_train": "[0, inf)", "max_eval": "[0, inf)"}  # 0: every row (edge
 
 
 def load(source: str, text_column: str = "text", label_column: str = "label", split_column: str = "",
-         text_pair_column: str = "", max_train: int = 0, max_eval: int = 0, seed: int = 0) -> Splits:
+         text_pair_column: str = "", label_separator: str = "", max_train: int = 0, max_eval: int = 0,
+         seed: int = 0) -> Splits:
     """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically. With `text_pair_column`
     (a local file's second text: NLI's hypothesis, a paraphrase, an answer) each example's text is the pair
-    (text, text_pair), which the tokenizer joins as the model was trained (BERT: [CLS] a [SEP] b [SEP])."""
+    (text, text_pair), which the tokenizer joins as the model was trained (BERT: [CLS] a [SEP] b [SEP]).
+
+    Multi-label data (toxicity tags, emotions, topics: each text has any number of labels, none too): a JSONL file
+    whose label is a list (["insult", "threat"], []), or a CSV/TSV file read with `label_separator` ("|": a cell
+    `insult|threat`; an empty cell is a text with no label). Each example's label is then a tuple of 0/1, one per
+    label name."""
     skipped = None
     if problem := pair_problem(source, text_pair_column):
         raise UsageError(problem)
@@ -65,23 +72,31 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         rows = [(t, label, _hash_split(t)) for t, label in _tweets()]
     else:
         check_source(source)
-        rows, read = _read_file(Path(source).expanduser(), text_column, label_column, split_column, text_pair_column)
+        rows, read = _read_file(Path(source).expanduser(), text_column, label_column, split_column, text_pair_column,
+                                label_separator=label_separator)
         skipped = read - len(rows)
+    multi = any(isinstance(label, tuple) for _, label, _ in rows)
+    if multi:  # a plain string among a JSONL file's lists is a set of one label
+        rows = [(t, label if isinstance(label, tuple) else (label,), s) for t, label, s in rows]
+
+    def tags(label) -> tuple:  # the label names of a row
+        return label if multi else (label,)
+
     by_split = {"train": [], "validation": [], "test": []}
     for text, label, split in rows:
         by_split[split].append((text, label))
     if not split_column:  # a class the hashed split put outside training (one of 1-2 rows) trains on its first row
-        have = {label for _, label in by_split["train"]}
+        have = {n for _, label in by_split["train"] for n in tags(label)}
         for split in ("validation", "test"):
             for row in list(by_split[split]):
-                if row[1] not in have:
-                    have.add(row[1])
+                if not have.issuperset(tags(row[1])):
+                    have.update(tags(row[1]))
                     by_split[split].remove(row)
                     by_split["train"].append(row)
     if not by_split["train"]:
         raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
-    names = sorted({label for _, label in by_split["train"]}, key=_label_order)
-    counts = Counter(label for _, label, _ in rows)
+    names = sorted({n for _, label in by_split["train"] for n in tags(label)}, key=_label_order)
+    counts = Counter(n for _, label, _ in rows for n in tags(label))
     if len(counts) > 100 and sum(c == 1 for c in counts.values()) > len(rows) / 2:  # ids or texts, not classes
         raise UsageError(f"dataset {source} label column {label_column!r} holds {len(counts)} different values in "
                          f"{len(rows)} rows, most of them on one row only: not class labels; set data.label_column "
@@ -92,23 +107,26 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
                            f"{', ...' * (len(fractional) > 3)}): edgekit trains classifiers; give class names or "
                            f"whole-number class ids")
     if len(names) < 2:
-        raise EdgekitError(f"dataset {source} has one class ({names[0]}) in training; a classifier needs at least two")
+        raise EdgekitError(f"dataset {source} has {len(names) and 'one'} {'label' if multi else 'class'} "
+                           f"{'(' + names[0] + ') ' if names else ''}in training; a classifier needs at least two" +
+                           ("; a single tag is a two-class task: label each row with the tag or 'none'" * multi))
     ids = {name: i for i, name in enumerate(names)}
     for split in ("validation", "test"):
-        unseen = sorted({label for _, label in by_split[split]} - set(ids))
+        unseen = sorted({n for _, label in by_split[split] for n in tags(label)} - set(ids))
         if unseen:
             raise EdgekitError(f"{split} labels never seen in training: {', '.join(unseen[:5])}; "
                                f"training has {', '.join(names[:10])}; mark a row of each as train in the "
                                f"{split_column!r} column, or drop their rows")
     stats = {"rows": len(rows) + (skipped or 0), "skipped": skipped,
              "splits": {s: len(rows_) for s, rows_ in by_split.items()}, "classes": {n: counts[n] for n in names}}
-    encoded = {s: [(t, ids[lab]) for t, lab in rows_] for s, rows_ in by_split.items()}
+    encoded = {s: [(t, tuple(int(n in lab) for n in names) if multi else ids[lab]) for t, lab in rows_]
+               for s, rows_ in by_split.items()}
     rng = random.Random(seed)
     for s in encoded:
         rng.shuffle(encoded[s])
     if max_train:
         encoded["train"] = stratified(encoded["train"], max_train)
-        trained = {y for _, y in encoded["train"]}
+        trained = {i for _, y in encoded["train"] for i in (ones(y) if multi else (y,))}
         if untrained := [n for i, n in enumerate(names) if i not in trained]:
             raise EdgekitError(f"data.max_train={max_train} leaves {len(untrained)} of {len(names)} classes without "
                                f"a training row ({', '.join(untrained[:5])}); raise max_train to at least "
@@ -118,7 +136,22 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
         encoded["test"] = encoded["test"][:max_eval]
     if not encoded["test"]:
         raise EdgekitError(f"dataset {source} has no test rows; add rows or a split column with 'test' values")
-    return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source, stats)
+    return Splits(encoded["train"], encoded["validation"], encoded["test"], names, source, stats, multi)
+
+
+def ones(label: tuple) -> list:
+    """The label ids a multi-label example has (where its tuple holds 1)."""
+    return [i for i, v in enumerate(label) if v == 1]
+
+
+def label_text(labels: list, y) -> str:
+    """A label as people read it: a class id's name, or a multi-label tuple's names joined ('none' for no label)."""
+    return ", ".join(labels[i] for i in ones(y)) or "none" if isinstance(y, tuple) else labels[y]
+
+
+def no_label(splits: Splits):
+    """The label of a transfer-set text for these splits (KD from the teacher only, no hard-label loss)."""
+    return (UNLABELLED,) * len(splits.labels) if splits.multi_label else UNLABELLED
 
 
 def stratified(rows: list, n: int) -> list:
@@ -140,7 +173,7 @@ def stratified(rows: list, n: int) -> list:
             if quota[y] < counts[y]:
                 quota[y] += 1
         while sum(quota.values()) > n:  # the rare classes' one row each came out of the commonest's
-            quota[max(quota, key=lambda y: (quota[y], -y))] -= 1
+            quota[max(sorted(quota), key=lambda y: quota[y])] -= 1  # the first, the lowest id, of the largest
     taken, out = Counter(), []
     for text, y in rows:
         if taken[y] < quota.get(y, 0):
@@ -209,10 +242,11 @@ def warnings(splits: Splits) -> list:
     train = Counter(y for _, y in splits.train)
     top, n = max(train.items(), key=lambda item: item[1], default=(0, 0))
     if n and n >= 0.8 * len(splits.train):
-        share = f"{100 * n / len(splits.train):.1f}%"
-        out.append(f"class '{splits.labels[top]}' holds {share} of the {len(splits.train)} training rows: a model that "
-                   f"always answers '{splits.labels[top]}' scores about {share} accuracy; compare accuracy against "
-                   f"that share")
+        share, name = f"{100 * n / len(splits.train):.1f}%", label_text(splits.labels, top)
+        out.append(f"{'label set' if splits.multi_label else 'class'} '{name}' holds {share} of the {len(splits.train)} "
+                   f"training rows: a model that always answers '{name}' scores about {share} accuracy; compare "
+                   f"accuracy against that share" + ("; class_recall_retained (each label's recall) says more"
+                                                     * splits.multi_label))
     return out
 
 
@@ -232,7 +266,8 @@ def _spelling(name: str, ignore=SPELLINGS) -> str:
 def _class_counts(splits: Splits) -> dict:
     if "classes" in splits.stats:
         return splits.stats["classes"]
-    counts = Counter(y for _, y in splits.train + splits.validation + splits.test)
+    counts = Counter(i for _, y in splits.train + splits.validation + splits.test
+                     for i in (ones(y) if splits.multi_label else (y,)))
     return {name: counts[i] for i, name in enumerate(splits.labels)}
 
 
@@ -360,12 +395,13 @@ def check_source(source: str) -> None:
 
 
 def _read_file(path: Path, text_column: str, label_column: str, split_column: str, pair_column: str = "",
-               label_required: bool = True, optional=()) -> tuple:
+               label_required: bool = True, optional=(), label_separator: str = "") -> tuple:
     """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out. With
     `pair_column` each text is the pair (text, text_pair), a row with either empty left out. Without
     `label_required` (texts to predict), a row without a label is kept with label None, and its third item is its
     number among the file's rows (1: the first after the header) in place of a split. Columns in `optional` may
-    be missing."""
+    be missing. A multi-label row's label is a tuple of names, sorted, none twice: a JSONL list, or a cell cut at
+    `label_separator` (an empty cell: no label, the empty tuple)."""
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order
             text = f.read()  # mark; a quoted field's \r\n stays (read_text made it \n, device_bench kept it)
@@ -390,10 +426,13 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
                     raise EdgekitError(f"{path} line {n} is not a JSON object; each line must be one JSON object")
                 if twice := [k for k in used if k in record.repeated]:  # json keeps the last one silently
                     raise EdgekitError(f"{path} line {n} gives key {twice[0]!r} twice; give each key once")
-                for key, what, todo in ((label_column, "label", "edgekit trains single-label classifiers: give one "
-                                                 "label per row"), (text_column, "text", "give each text as a string")):
-                    if isinstance(record.get(key), (list, dict)):  # multi-label data: its repr is no class name
-                        kind = "a list" if isinstance(record[key], list) else "an object"
+                for key, what, todo in ((label_column, "label", "give a label, or a list of labels"),
+                                        (text_column, "text", "give each text as a string")):
+                    value = record.get(key)  # a label's list is multi-label data: its labels must be names
+                    if isinstance(value, dict) or isinstance(value, list) and (key == text_column or not all(
+                            isinstance(v, (str, int)) and not isinstance(v, bool) for v in value)):
+                        kind = "an object" if isinstance(value, dict) else "a list" + " of other than names" * (
+                            key == label_column)
                         raise EdgekitError(f"{path}: {what} on line {n} is {kind}; {todo}")
                 for key in used:  # JSON's \\ud800 escape alone: text no tokenizer (nor UTF-8) takes
                     if isinstance(record.get(key), str) and not encodes(record[key]):
@@ -412,13 +451,18 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         text, label = r.get(text_column), r.get(label_column)
         second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
-        if label is not None and str(label).strip() in ("", "nan", "NaN", "NAN"):
+        if label_separator and isinstance(label, str):
+            label = label.split(label_separator)  # "" is [""]: no label, below
+        if isinstance(label, list):
+            label = tuple(sorted({unicodedata.normalize("NFC", str(v)).strip() for v in label} - {""}))
+        elif label is not None and str(label).strip() in ("", "nan", "NaN", "NAN"):
             label = None  # a missing value (pandas writes one as nan)
         if text is None or str(text).strip() == "" or (label is None and label_required) \
                 or second is None or (pair_column and str(second).strip() == ""):
             continue  # the row carries no example
         text = (str(text), str(second)) if pair_column else str(text)
-        label = None if label is None else unicodedata.normalize("NFC", str(label)).strip()  # NFD (macOS) is NFC
+        if label is not None and not isinstance(label, tuple):
+            label = unicodedata.normalize("NFC", str(label)).strip()  # NFD (macOS) is NFC
         if not label_required:
             rows.append((text, label, number))
             continue
@@ -435,10 +479,10 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
 
 
 def read_texts(path, text_column: str = "text", label_column: str = "label", pair_column: str = "",
-               label_column_needed: bool = False) -> tuple:
+               label_column_needed: bool = False, label_separator: str = "") -> tuple:
     """([(text, label, row number)], rows read) of a local CSV, TSV or JSONL file read as compress reads it: every
     row with a text, in file order; label None where the row (or the file, unless `label_column_needed`) has no
-    label. Texts are pairs with `pair_column`."""
+    label, a tuple of names for multi-label rows. Texts are pairs with `pair_column`."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UsageError(f"{path} is {'a folder' if path.is_dir() else 'not there'}; give a .csv, .tsv or .jsonl "
@@ -446,13 +490,13 @@ def read_texts(path, text_column: str = "text", label_column: str = "label", pai
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
         raise UsageError(f"{path} is not a .csv, .tsv or .jsonl file; give one with a '{text_column}' column")
     return _read_file(path, text_column, label_column, "", pair_column, label_required=False,
-                      optional=() if label_column_needed else (label_column,))
+                      optional=() if label_column_needed else (label_column,), label_separator=label_separator)
 
 
 def as_flags(message: str) -> str:
     """A data error's advice for a command that takes the columns as flags: data.text_column is --text-column (and
     the label and pair columns likewise)."""
-    for setting in ("text_column", "label_column", "text_pair_column"):
+    for setting in ("text_column", "label_column", "text_pair_column", "label_separator"):
         message = message.replace(f"data.{setting}", "--" + setting.replace("_", "-"))
     return message
 

@@ -172,13 +172,14 @@ def ffn_size(config) -> int:
 
 
 @quiet_transformers()
-def load_model(path, labels=None, pairs: bool = False):
+def load_model(path, labels=None, pairs: bool = False, multi_label: bool = False):
     """A sequence classifier from a transformers folder; pruned shapes from `edgekit_shapes` are re-applied.
     `labels` (names, index = class id): a head trained on the same classes in another order has its output rows
     reordered; a head for other classes, or none (a plain encoder), starts fresh; a head whose labels were never
     named (LABEL_0, ...) keeps its order. `pairs` (a run on text pairs), or a folder saved by such a run: the
-    model reads token types from its ids (derive_segments)."""
-    model = _load_model(path, labels)
+    model reads token types from its ids (derive_segments). With `labels`, the head is a multi-label one
+    (a sigmoid per label) when `multi_label`, else a single-label classifier."""
+    model = _load_model(path, labels, multi_label)
     sep = getattr(model.config, "edgekit_sep_id", None)
     if sep is None and pairs and uses_segments(model):
         sep = pair_separator(load_tokenizer(path))
@@ -230,7 +231,12 @@ def derive_segments(model, sep_id: int):
     return model
 
 
-def _load_model(path, labels=None):
+def is_multi_label(config) -> bool:
+    """Whether the model's head scores each label on its own (a sigmoid per label, any number of them true)."""
+    return getattr(config, "problem_type", None) == "multi_label_classification"
+
+
+def _load_model(path, labels=None, multi_label: bool = False):
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -255,19 +261,21 @@ def _load_model(path, labels=None):
                                f"({(bad + missing)[0]}); the checkpoint is damaged, re-run the prune stage")
         model.load_state_dict(state, strict=False)
         return model.eval()
-    # trained for the data's labels (finetune): a regression or multi-label head becomes a single-label classifier
-    single = {"problem_type": "single_label_classification"} if labels is not None and config.problem_type in (
-        "regression", "multi_label_classification") else {}
+    # trained for the data's labels (finetune): the head becomes the data's kind, a single-label classifier (from
+    # a regression or multi-label head too) or a multi-label one
+    kind = {"problem_type": "multi_label_classification" if multi_label else "single_label_classification"} \
+        if labels is not None and (multi_label or config.problem_type in ("regression", "multi_label_classification")) \
+        else {}
     if labels is None or old == list(labels):
         with torch.device("cpu"):
             return AutoModelForSequenceClassification.from_pretrained(path, use_safetensors=True, dtype=torch.float32,
-                                                                      **single).eval()
+                                                                      **kind).eval()
     labels = list(labels)
     with torch.device("cpu"):
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
             ignore_mismatched_sizes=True, output_loading_info=True, use_safetensors=True, dtype=torch.float32,
-            **single)  # never a pickle; float32 whatever the checkpoint's dtype (hub models often ship float16)
+            **kind)  # never a pickle; float32 whatever the checkpoint's dtype (hub models often ship float16)
     head = [m for n, m in model.named_children() if n != model.base_model_prefix]
     fresh = [k if isinstance(k, str) else k[0] for k in [*info["missing_keys"], *info.get("mismatched_keys", ())]]
     loaded = not any(k.split(".")[0] != model.base_model_prefix for k in fresh)  # the folder had this head

@@ -231,7 +231,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         check_shapes(recipe, config)
         if "finetune" not in recipe["stages"]:
             check_head(source.path, config.architectures, recipe["teacher"])
-            check_labels(config, splits.labels, recipe["teacher"])
+            check_labels(config, splits.labels, recipe["teacher"], splits.multi_label)
             check_order(source, config, splits, recipe["teacher"], recipe["max_length"])
         prepare_out(out)
         fresh = not (out / ".lock").exists()
@@ -277,6 +277,8 @@ def relabel(splits: data.Splits, names: list) -> data.Splits:
     new_id = [names.index(n) for n in splits.labels]
 
     def moved(rows):
+        if splits.multi_label:  # a 0/1 per label, in the new order
+            return [(t, tuple(y[splits.labels.index(n)] for n in names)) for t, y in rows]
         return [(t, new_id[y]) for t, y in rows]
 
     stats = dict(splits.stats)
@@ -306,15 +308,25 @@ def check_head(path: Path, architectures, spec: str) -> None:
                            f"a classification head on the data, or give a model fine-tuned for sequence classification")
 
 
-def check_labels(config, labels: list, spec: str) -> None:
+def check_labels(config, labels: list, spec: str, multi_label: bool = False) -> None:
     """Without a finetune stage the teacher's class ids are the data's: its named labels must be the data's (the
     data takes the teacher's order: in_teacher_order; unnamed LABEL_0.. are taken in order), and its head (`config`)
-    must be a single-label classifier."""
-    if config.problem_type in ("regression", "multi_label_classification") or config.num_labels == 1:
-        kind = "a multi-label" if config.problem_type == "multi_label_classification" else "a regression"
-        raise EdgekitError(f"teacher {spec} has {kind} head (problem_type {config.problem_type}, {config.num_labels} "
-                           f"output{'s' if config.num_labels != 1 else ''}); edgekit compresses single-label "
-                           f"classifiers: give one, or add a finetune stage, which trains a classification head")
+    must be of the data's kind: a single-label classifier, or for multi-label data a multi-label one."""
+    multi = families.is_multi_label(config)
+    if config.problem_type == "regression" or config.num_labels == 1:
+        raise EdgekitError(f"teacher {spec} has a regression head (problem_type {config.problem_type}, "
+                           f"{config.num_labels} output{'s' if config.num_labels != 1 else ''}); edgekit compresses "
+                           f"single- and multi-label classifiers: give one, or add a finetune stage, which trains a "
+                           f"classification head")
+    if multi and not multi_label:
+        raise EdgekitError(f"teacher {spec} has a multi-label head (problem_type {config.problem_type}) but the data "
+                           f"gives one label per row; give its rows lists of labels (JSONL) or cells cut at "
+                           f"data.label_separator, or add a finetune stage, which trains a single-label head")
+    if multi_label and not multi:
+        raise EdgekitError(f"the data is multi-label (rows with several labels or none) but teacher {spec} has a "
+                           f"single-label head (problem_type {config.problem_type or 'not set'}); add a finetune "
+                           f"stage, which trains a multi-label head, or give a teacher fine-tuned for multi-label "
+                           f"(problem_type multi_label_classification)")
     have = families.label_names(config)
     if len(have) != len(labels) or (have != labels and not families.unnamed(have)):
         near = sorted(n.strip().lower() for n in have) == sorted(n.strip().lower() for n in labels)
@@ -336,7 +348,7 @@ def check_order(source: Artifact, config, splits: data.Splits, spec: str, max_le
     from edgekit import runtime
     from edgekit.stages.evaluate import predictions
 
-    if not families.unnamed(families.label_names(config)):
+    if not families.unnamed(families.label_names(config)) or splits.multi_label:  # labels are not one of k there
         return
     examples = (splits.validation + splits.train)[:ORDER_SAMPLE]
     k = len(splits.labels)
@@ -704,7 +716,8 @@ def check_inputs(recipe: dict):
         if "finetune" not in recipe["stages"]:
             check_head(Path(teacher), config.architectures, recipe["teacher"])
             if splits is not None:  # as the run checks them, before its first stage
-                check_labels(config, in_teacher_order(splits, families.label_names(config)).labels, recipe["teacher"])
+                check_labels(config, in_teacher_order(splits, families.label_names(config)).labels, recipe["teacher"],
+                             splits.multi_label)
     return splits
 
 

@@ -45,13 +45,14 @@ def texts_of(args) -> tuple:
         raise UsageError("give texts as arguments or --data FILE, not both")
     if not args.data:
         for flag, value in (("--text-column", args.text_column), ("--label-column", args.label_column),
-                            ("--text-pair-column", args.text_pair_column)):
+                            ("--text-pair-column", args.text_pair_column), ("--label-separator", args.label_separator)):
             if value is not None:
                 raise UsageError(f"{flag} names a column of --data FILE; give the file too")
     if args.data:
         try:
             rows, read = data.read_texts(args.data, args.text_column or "text", args.label_column or "label",
-                                         args.text_pair_column or "", label_column_needed=bool(args.label_column))
+                                         args.text_pair_column or "", label_column_needed=bool(args.label_column),
+                                         label_separator=args.label_separator or "")
         except EdgekitError as e:  # the reader speaks of recipe settings: here they are flags
             raise type(e)(data.as_flags(str(e))) from None
         if read > len(rows):
@@ -80,13 +81,27 @@ def texts_of(args) -> tuple:
     return rows
 
 
-def gold_names(gold: list, labels: list, source: str) -> list | None:
+def gold_names(gold: list, labels: list, source: str, multi_label: bool = False) -> list | None:
     """Each given label as the model's label name (a name, or its index); None where no row has a label, or where
-    some are not the model's (said in a warning: an accuracy against other classes means nothing)."""
+    some are not the model's (said in a warning: an accuracy against other classes means nothing). For a
+    multi-label model each row's labels, a list in the model's order (a single name is a list of one)."""
     given = [g for g in gold if g is not None]
     if not given:
         return None
     by_index = {str(i): name for i, name in enumerate(labels)}
+    if multi_label:
+        names = [None if g is None else g if isinstance(g, tuple) else (g,) for g in gold]
+        if unknown := sorted({n for g in names if g for n in g if n not in labels and n not in by_index}):
+            print(f"edgekit: warning: {source} has labels the model does not know "
+                  f"({', '.join(map(repr, unknown[:5]))}; the model's: {', '.join(map(repr, labels))}), so no "
+                  f"accuracy; give --label-column the column of the model's label names or their indices",
+                  file=sys.stderr)
+            return None
+        return [None if g is None else [n for n in labels if n in {by_index.get(x, x) for x in g}] for g in names]
+    if any(isinstance(g, tuple) for g in given):
+        print(f"edgekit: warning: {source} gives rows several labels but the model gives one, so no accuracy",
+              file=sys.stderr)
+        return None
     if unknown := sorted({g for g in given if g not in labels and g not in by_index}):
         print(f"edgekit: warning: {source} has labels the model does not know ({', '.join(map(repr, unknown[:5]))}; "
               f"the model's: {', '.join(map(repr, labels))}), so no accuracy; give --label-column the column of the "
@@ -109,7 +124,8 @@ def run(args) -> dict:
                          f"second text's column")
     if meta and not meta.get("text_pair") and isinstance(texts[0], tuple):
         raise UsageError(f"{args.model} reads single texts, not pairs; leave out --text-pair-column")
-    gold = gold_names([g for _, g, _ in given], list(model.labels), args.data) or [None] * len(texts)
+    multi = getattr(model, "multi_label", False)
+    gold = gold_names([g for _, g, _ in given], list(model.labels), args.data, multi) or [None] * len(texts)
     labels, probs = [], []
     with bar(total=len(texts), desc="predict", unit="text", disable=args.quiet or len(texts) < BAR_FROM) as b:
         for s in range(0, len(texts), runtime.CHUNK):
@@ -120,7 +136,8 @@ def run(args) -> dict:
     rows = [{"row": n, "text": t, "label": label, "prob": max(p), "probs": dict(zip(model.labels, p)), "gold": g}
             for (t, _, n), label, p, g in zip(given, labels, probs, gold)]
     if fmt:
-        artifact.write_text(Path(args.out), jsonl(rows) if fmt == "jsonl" else table_csv(rows, list(model.labels)))
+        artifact.write_text(Path(args.out), jsonl(rows) if fmt == "jsonl" else table_csv(rows, list(model.labels),
+                                                                                          args.label_separator or "|"))
     labelled = [r for r in rows if r["gold"] is not None]
     right = sum(r["label"] == r["gold"] for r in labelled)
     return {"rows": rows, "right": right, "labelled": len(labelled),
@@ -138,14 +155,25 @@ def jsonl(rows: list) -> str:
                    for r in rows)
 
 
-def table_csv(rows: list, labels: list) -> str:
+def cell(label, separator: str = "|") -> str:
+    """A label as a CSV cell: a multi-label list joined by `separator` (what --label-separator reads back)."""
+    return separator.join(label) if isinstance(label, list) else label or ""
+
+
+def shown(label) -> str:
+    """A label as the table shows it: a multi-label list joined, 'none' for no label."""
+    return (", ".join(label) or "none") if isinstance(label, list) else label or ""
+
+
+def table_csv(rows: list, labels: list, separator: str = "|") -> str:
     f = io.StringIO()
     gold = any(r["gold"] is not None for r in rows)
     writer = csv.writer(f, lineterminator="\n")
     writer.writerow(["row", *pair(rows[0]["text"]), "label", "prob", *(f"prob_{k}" for k in labels), *["gold"] * gold])
     for r in rows:
-        writer.writerow([r["row"], *pair(r["text"]).values(), r["label"], round(r["prob"], 6),
-                         *(round(r["probs"][k], 6) for k in labels), *[r["gold"] or ""] * gold])
+        writer.writerow([r["row"], *pair(r["text"]).values(), cell(r["label"], separator), round(r["prob"], 6),
+                         *(round(r["probs"][k], 6) for k in labels),
+                         *[cell(r["gold"], separator) if r["gold"] is not None else ""] * gold])
     return f.getvalue()
 
 
@@ -158,6 +186,6 @@ def markdown(rows: list) -> str:
         text = " ".join(text.split())  # one line: newlines and tabs in a text as spaces
         text = text[:SHOWN - 1] + "…" if len(text) > SHOWN else text
         text = text.replace("\\", "\\\\").replace("|", "\\|")  # markdown: a | would end the cell
-        mark = f" {r['gold'] or ''}{' (wrong)' if r['gold'] is not None and r['gold'] != r['label'] else ''} |" * gold
-        lines.append(f"| {r['label']} | {r['prob']:.4f} |{mark} {text} |")
+        mark = f" {shown(r['gold'])}{' (wrong)' if r['gold'] is not None and r['gold'] != r['label'] else ''} |" * gold
+        lines.append(f"| {shown(r['label'])} | {r['prob']:.4f} |{mark} {text} |")
     return "\n".join(lines)

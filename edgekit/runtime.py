@@ -82,6 +82,18 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
+
+
+def decided(logits: np.ndarray, multi_label: bool) -> list:
+    """Per row of logits, what the model says: a class id (the largest logit), or for a multi-label model a tuple of
+    0/1, 1 for each label whose probability (sigmoid) is over 0.5 (its logit over 0)."""
+    if multi_label:
+        return [tuple(int(v > 0) for v in row) for row in np.asarray(logits)]
+    return [int(i) for i in np.asarray(logits).argmax(-1)]
+
+
 class Reloads:
     """A loaded model pickles (and copies) as a `Reloaded`: the file it was loaded from, its load settings and a
     stamp of the files it read (files_stamp), not its sessions, interpreters and locks."""
@@ -169,6 +181,7 @@ class HFModel(Reloads):
         if pairs and self.separator is not None:  # its logits() read pairs from the start (export's reference)
             families.derive_segments(self.model, self.separator)
         self.labels = families.label_names(self.model.config)
+        self.multi_label = families.is_multi_label(self.model.config)
         if recipe := run_recipe(Path(path)):  # a stage's model takes what its run was trained on, as the exports do;
             data = recipe.get("data")  # any other folder takes single texts and pairs
             self.meta = {"text_pair": isinstance(data, dict) and bool(data.get("text_pair_column"))}
@@ -259,6 +272,7 @@ class SidecarTokenizer:
 
         self.meta = read_sidecar(path)
         self.labels = self.meta["labels"]
+        self.multi_label = bool(self.meta.get("multi_label"))  # a sigmoid per label, any number of them true
         self.longest = self.meta["max_length"]  # the file takes no more
         self.max_length = min(max_length or self.longest, self.longest)  # load(max_length=): every call's default
         self.lock = threading.Lock()  # truncation is the shared tokenizer's state: set and used under one lock
@@ -355,7 +369,8 @@ CHUNK = 64  # texts per runtime call: one call of 1,000 texts took 3.1 GB more (
 
 def predict(model, texts, max_length=None) -> dict:
     """texts (a list of strings, or one string; for a model of text pairs, a list of (text, text_pair)) ->
-    {labels, probs}, the same for every format."""
+    {labels, probs}, the same for every format. A multi-label model gives each text a list of labels (those over
+    0.5, maybe none) and each label's own probability (a sigmoid: a row need not sum to 1)."""
     max_length = 0 if max_length is None else whole_number("max_length", max_length, MIN_LENGTH)
     texts = as_texts(texts)
     if not texts:
@@ -367,9 +382,13 @@ def predict(model, texts, max_length=None) -> dict:
         except UnicodeEncodeError as e:  # a lone surrogate, from surrogateescape decoding or JSON: tokenizers raised
             raise EdgekitError(f"text {i} is not valid Unicode ({e.reason} at character {e.start}); decode the input "
                                f"with errors='replace' or fix its encoding") from None
-    probs = np.concatenate([softmax(model.logits(model.encode(texts[s:s + CHUNK], max_length)))
-                            for s in range(0, len(texts), CHUNK)])  # memory follows a chunk, not the whole list
-    return {"labels": [model.labels[i] for i in probs.argmax(-1)], "probs": probs}
+    multi = getattr(model, "multi_label", False)
+    scale = sigmoid if multi else softmax
+    logits = np.concatenate([model.logits(model.encode(texts[s:s + CHUNK], max_length))
+                             for s in range(0, len(texts), CHUNK)])  # memory follows a chunk, not the whole list
+    said = decided(logits, multi)
+    return {"labels": [[model.labels[i] for i, v in enumerate(y) if v] for y in said] if multi else
+            [model.labels[i] for i in said], "probs": scale(logits)}
 
 
 class TorchScriptModel(Reloads):
@@ -381,6 +400,7 @@ class TorchScriptModel(Reloads):
         self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
+        self.multi_label = self.sidecar.multi_label
         if threads:
             torch.set_num_threads(threads)
         with native.hidden_output():  # an INT8 file's load warns once that quantized tensors are deprecated
@@ -428,6 +448,7 @@ class OnnxModel(Reloads):
         self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
+        self.multi_label = self.sidecar.multi_label
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -468,6 +489,7 @@ class TFLiteModel(Reloads):
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.lock = threading.Lock()  # a LiteRT interpreter runs one invocation at a time: calls from threads wait
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
+        self.multi_label = self.sidecar.multi_label
         self.buckets = sorted(self.meta.get("buckets") or [self.meta["max_length"]])
         self.names = [i["name"] for i in self.meta["inputs"]]
         try:  # the interpreter checks the flatbuffer before anything runs; the first invoke prints XNNPACK's

@@ -21,6 +21,7 @@ MODEL_JSON = {
         "pad_id": {"type": "integer", "minimum": 0},
         "quantization": {"type": ["object", "null"]},
         "text_pair": {"type": "boolean"},  # each input is a text pair (text, text_pair)
+        "multi_label": {"type": "boolean"},  # a sigmoid per label: each label whose logit is over 0 applies
     },
 }
 

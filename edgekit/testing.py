@@ -1,6 +1,7 @@
 """Tiny models built from configs and a tiny labelled dataset, for tests and robustness scripts:
 no downloads, seconds per run."""
 import csv
+import json
 import random
 
 import torch
@@ -119,6 +120,20 @@ def make_pair_csv(path, n: int = 240, seed: int = 0, labels=("neg", "pos")):
     rng = random.Random(seed)
     return _write(path, ["premise", "hypothesis", "label"],
                   ([sentence(rng, rng.randint(0, 1)), sentence(rng, i % 2), labels[i % 2]] for i in range(n)))
+
+
+def make_multi_label_jsonl(path, n: int = 240, seed: int = 0):
+    """Multi-label rows: each text holds a negative cue, a positive one, both or neither, and its labels say which
+    ("neg", "pos", both, or the empty list)."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            tags = [["neg"], ["pos"], ["neg", "pos"], []][i % 4]
+            words = [rng.choice(NEUTRAL) for _ in range(rng.randint(2, 8))]
+            for tag in tags:
+                words.insert(rng.randint(0, len(words)), rng.choice(POSITIVE if tag == "pos" else NEGATIVE))
+            f.write(json.dumps({"text": " ".join(words), "label": tags}) + "\n")
+    return path
 
 
 def _write(path, header: list, rows):

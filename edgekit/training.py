@@ -166,27 +166,42 @@ def _global_mean(loss, world: int) -> float:
 
 
 def hard_label_loss(model, batch):
-    """Cross-entropy of the model's logits against the batch's labels: fine-tuning's loss."""
+    """The task loss of the model's logits against the batch's labels: fine-tuning's loss."""
+    return task_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                     batch["labels"])
+
+
+def task_loss(logits, labels):
+    """Cross-entropy against class ids; for multi-label rows (labels a 0/1 row per example) each label's binary
+    cross-entropy, averaged over labels and rows."""
     import torch.nn.functional as F
 
-    return F.cross_entropy(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                           batch["labels"])
+    if labels.dim() == 2:
+        return F.binary_cross_entropy_with_logits(logits, labels.float())
+    return F.cross_entropy(logits, labels)
 
 
 def labelled_ce(logits, labels):
-    """Cross-entropy over the rows that have a label, divided by all rows: transfer-set rows (label UNLABELLED)
-    add nothing, and a batch where every row is labelled gives the usual mean."""
+    """The task loss over the rows that have a label, divided by all rows: transfer-set rows (label UNLABELLED;
+    multi-label: a row of them) add nothing, and a batch where every row is labelled gives the usual mean."""
     import torch.nn.functional as F
 
+    if labels.dim() == 2:
+        have = labels[:, 0] != data.UNLABELLED
+        return F.binary_cross_entropy_with_logits(logits[have], labels[have].float(), reduction="sum") / labels.numel()
     return F.cross_entropy(logits, labels, ignore_index=data.UNLABELLED, reduction="sum") / labels.numel()
 
 
-def soft_label_kd(student_logits, teacher_logits, temperature: float):
+def soft_label_kd(student_logits, teacher_logits, temperature: float, multi_label: bool = False):
     """Hinton's soft-label loss: KL between temperature-softened distributions, times T^2 so its gradients keep
-    their scale as T changes."""
+    their scale as T changes. Multi-label: each label is its own two-way distribution (the sigmoid of its logit),
+    so the loss is the binary cross-entropy against the teacher's softened sigmoids, averaged over labels."""
+    import torch
     import torch.nn.functional as F
 
     T = temperature
+    if multi_label:
+        return F.binary_cross_entropy_with_logits(student_logits / T, torch.sigmoid(teacher_logits / T)) * T * T
     return F.kl_div(F.log_softmax(student_logits / T, -1), F.softmax(teacher_logits / T, -1),
                     reduction="batchmean") * T * T
 

@@ -310,8 +310,9 @@ def test_fractional_number_labels_are_refused_as_a_regression_target(tmp_path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ('{"text": "x", "label": ["a", "b"]}', "label on line 61 is a list; edgekit trains single-label classifiers"),
-    ('{"text": "x", "label": {"a": 1}}', "label on line 61 is an object; edgekit trains single-label classifiers"),
+    ('{"text": "x", "label": [["a"], "b"]}', "label on line 61 is a list of other than names; give a label, or a list"),
+    ('{"text": "x", "label": [true]}', "label on line 61 is a list of other than names; give a label, or a list"),
+    ('{"text": "x", "label": {"a": 1}}', "label on line 61 is an object; give a label, or a list of labels"),
     ('{"text": ["x"], "label": "a"}', "text on line 61 is a list; give each text as a string"),
     ('{"text": "half \\ud83d an emoji", "label": "a"}', "line 61: its 'text' holds half a character"),  # a traceback
 ])

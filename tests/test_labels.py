@@ -89,7 +89,7 @@ def test_a_teacher_no_better_than_the_commonest_class_is_warned_about(trained, t
 
 def test_regression_and_multi_label_teachers_are_refused_without_finetune(model_dir, csv_file, tmp_path):
     regression = variant(model_dir, tmp_path / "reg", None, problem_type="regression")
-    with pytest.raises(EdgekitError, match="has a regression head .*single-label classifiers"):
+    with pytest.raises(EdgekitError, match="has a regression head .*single- and multi-label classifiers"):
         run(regression, csv_file, tmp_path / "r")
     multi = variant(model_dir, tmp_path / "multi", ["neg", "pos"], problem_type="multi_label_classification")
     with pytest.raises(EdgekitError, match="has a multi-label head"):

@@ -355,10 +355,13 @@ def unquoted(field: str) -> str:
     return field
 
 
-def read_labelled(path: Path, labels: list, text_column: str, label_column: str, pair_column: str = "") -> tuple:
+def read_labelled(path: Path, labels: list, text_column: str, label_column: str, pair_column: str = "",
+                  multi_label: bool = False) -> tuple:
     """(texts, label ids) from a CSV, TSV or JSONL file as edgekit compress reads them: a row with an empty text or
     label is left out, labels by name, or by index when the file uses integers. With `pair_column` (a model for
-    text pairs) each text is the pair (text, text_pair). Every row is checked before anything is timed."""
+    text pairs) each text is the pair (text, text_pair). Every row is checked before anything is timed. For a
+    multi-label model each label cell holds its labels' names cut at "|" (an empty cell: none of them), and each
+    label id is a tuple of 0/1, one per label."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
@@ -377,7 +380,9 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
     kept = []
     for n, row in numbered:
         values = [row.get(c) for c in columns]
-        if any(v is None or v.strip() == "" for v in values) or values[-1].strip() in ("nan", "NaN", "NAN"):
+        if multi_label and values[-1] is not None and values[-1].strip() in ("", "nan", "NaN", "NAN"):
+            values[-1] = ""  # no label: a multi-label row may have none
+        elif any(v is None or v.strip() == "" for v in values) or values[-1].strip() in ("nan", "NaN", "NAN"):
             continue  # a missing value (pandas writes a label as nan): the row carries no example; a text "nan" is
             # one, as compress reads it (edgekit.data), so the device scores the sentences evaluate scored
         try:
@@ -389,6 +394,14 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
     if not kept:
         raise BenchError(f"{path} has no row with both a text and a label")
     index = {name: i for i, name in enumerate(labels)}
+    texts = [tuple(t) if pair_column else t[0] for _, t, _ in kept]
+    if multi_label:
+        sets = [(n, {x.strip() for x in label.split("|")} - {""}) for n, _, label in kept]
+        if unknown := sorted({x for _, s in sets for x in s if x not in index}):
+            first = next(n for n, s in sets if set(s) - set(index))
+            raise BenchError(f"{path} has labels the multi-label model does not know ({', '.join(unknown[:5])}; the "
+                             f"first on line {first}); the model's labels: {', '.join(labels)}, each row's cut at |")
+        return texts, [tuple(int(name in s) for name in labels) for _, s in sets]
     if all(label in index for _, _, label in kept):
         ids = [index[label] for _, _, label in kept]
     elif all(label.isdigit() for _, _, label in kept):
@@ -402,7 +415,7 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
         raise BenchError(f"{path} has labels the model does not know ({', '.join(unknown[:5])}; the first on line "
                          f"{n}); the model's labels: {', '.join(labels)}; give the test split of the data the model "
                          f"was trained on")
-    return [tuple(t) if pair_column else t[0] for _, t, _ in kept], ids
+    return texts, ids
 
 
 def _records(path: Path, text: str, columns: list):
@@ -460,7 +473,8 @@ def option_problem(model: Path, meta: dict, args) -> str:
 def bench(model: Path, meta: dict, args) -> dict:
     if args.data:  # read and checked whole before anything is timed: a bad row is said at once
         pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
-        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column)
+        texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column,
+                                    bool(meta.get("multi_label")))
     started = time.perf_counter()
     runner = OnnxRunner(model, meta, args.threads) if meta["format"] == "onnx" else \
         TFLiteRunner(model, meta, args.threads, args.native_log)
@@ -494,7 +508,8 @@ def bench(model: Path, meta: dict, args) -> dict:
         predictions, sentence_ms = [], []
         for text in texts:  # one sentence at a time, tokenization included: the path a device app takes
             t = time.perf_counter()
-            predictions.append(int(runner.logits(*tokenizer.encode([text])).argmax(-1)[0]))
+            out = runner.logits(*tokenizer.encode([text]))[0]  # a multi-label model: each label whose logit is over 0
+            predictions.append(tuple(int(v > 0) for v in out) if meta.get("multi_label") else int(out.argmax(-1)))
             sentence_ms.append((time.perf_counter() - t) * 1e3)
         result.update(accuracy=sum(p == g for p, g in zip(predictions, gold)) / len(gold),  # unrounded: budgets
                       examples=len(gold), sentence_latency_ms=percentiles(sentence_ms), predictions=predictions)

@@ -108,7 +108,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         examples += extra
         notes["augmented_examples"] = len(extra)
     if transfer:
-        extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
+        extra = [(t, data.no_label(ctx.splits)) for t, _ in
+                 data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))]
         examples += extra
         notes["transfer_examples"] = len(extra)
     s_enc = data.encode(s_tok, examples, ctx.max_length, ctx.progress)
@@ -135,12 +136,13 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     if intermediate_epochs > 0:
         first = {k: (v if k in INTERMEDIATE else 0.0) for k, v in weights.items()}
         phase_losses["intermediate_loss"] = training.train(
-            model, s_enc, loss_fn(first, pairs, t_depth, temperature, proj_emb, proj_hid, view),
+            model, s_enc, loss_fn(first, pairs, t_depth, temperature, proj_emb, proj_hid, view, ctx.splits.multi_label),
             out_dir=out_dir / "intermediate", epochs=intermediate_epochs, desc="distill (intermediate layers)",
             extra_params=projections, **settings)
         weights = {k: (v if k in ("kd", "ce") else 0.0) for k, v in weights.items()}
         projections = []
-    loss = training.train(model, s_enc, loss_fn(weights, pairs, t_depth, temperature, proj_emb, proj_hid, view),
+    loss = training.train(model, s_enc, loss_fn(weights, pairs, t_depth, temperature, proj_emb, proj_hid, view,
+                                           ctx.splits.multi_label),
                           out_dir=out_dir, epochs=epochs, desc="distill", extra_params=projections, **settings)
     rank, world = training.distributed()
     if rank == 0:
@@ -225,7 +227,8 @@ def build_student(teacher, t_tok, student: str, layers, student_config) -> tuple
         from edgekit.pipeline import resolve_model
 
         path = resolve_model(student).path
-        source = families.load_model(path, labels=families.label_names(teacher.config))
+        source = families.load_model(path, labels=families.label_names(teacher.config),
+                                      multi_label=families.is_multi_label(teacher.config))
         tok = families.load_tokenizer(path)
     depth = families.num_layers(source.config)
     keep = student_layers(layers, depth, student_config)
@@ -259,7 +262,8 @@ def needs(weights: dict, pairs: list, t_depth: int) -> dict:
     return {"hidden": sorted(hidden), "attention": sorted(set(pairs)) if weights["attention"] else []}
 
 
-def loss_fn(w: dict, pairs: list, t_depth: int, temperature: float, proj_emb, proj_hid, view):
+def loss_fn(w: dict, pairs: list, t_depth: int, temperature: float, proj_emb, proj_hid, view,
+            multi_label: bool = False):
     def compute(model, batch):
         real = batch["attention_mask"].bool()
         inter = any(w[k] for k in INTERMEDIATE)
@@ -268,7 +272,7 @@ def loss_fn(w: dict, pairs: list, t_depth: int, temperature: float, proj_emb, pr
         t = view.batch(batch["index"], inter, s.logits.device)
         loss = s.logits.new_zeros(())
         if w["kd"]:
-            loss = loss + w["kd"] * training.soft_label_kd(s.logits, t["logits"], temperature)
+            loss = loss + w["kd"] * training.soft_label_kd(s.logits, t["logits"], temperature, multi_label)
         if w["ce"]:
             loss = loss + w["ce"] * training.labelled_ce(s.logits, batch["labels"])
         if w["embedding"]:

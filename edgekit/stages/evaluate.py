@@ -7,7 +7,11 @@ sentence's prediction (measured on minilm-l6 INT8 ONNX: 0.53 points lost at batc
 PyTorch teacher does not depend on its batch and is scored in batches of 64.
 
 accuracy_retained comes with its 95% paired bootstrap interval over the split's sentences: on ~1,000 sentences a
-point or two either way is what the split itself moves, and a budget bound inside the interval says so."""
+point or two either way is what the split itself moves, and a budget bound inside the interval says so.
+
+A multi-label model is right on a sentence when it gives exactly the sentence's set of labels (exact-match, or
+subset, accuracy); each label's recall is over the sentences that have it, and f1_micro (every label decision of
+every sentence pooled) stands beside the teacher's."""
 import json
 import sys
 from collections import Counter
@@ -16,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from edgekit import runtime
+from edgekit import data, runtime
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 from edgekit.progress import bar as progress_bar
@@ -44,7 +48,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     majority = n_top / len(examples)  # what always answering the commonest class scores
     if teacher <= majority:
         tqdm.write(f"edgekit: warning: the teacher scores {teacher:.4f} on {split}, no better than always answering "
-                   f"'{ctx.splits.labels[top]}' ({majority:.4f}): accuracy and accuracy_retained say little here; "
+                   f"'{data.label_text(ctx.splits.labels, top)}' ({majority:.4f}): accuracy and accuracy_retained say "
+                   f"little here; "
                    f"check that the teacher is fine-tuned for these labels and reads them in the data's order "
                    f"({', '.join(ctx.splits.labels)})", file=sys.stderr)
     measured = {}
@@ -59,7 +64,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
                           "per_class": (classes := per_class(said, teacher_said, examples, ctx.splits.labels)),
                           "class_recall_retained": lowest_kept(classes),
                           "class_recall_measured": [sum(c["teacher_recall"] > 0 for c in classes.values()),
-                                                    len(classes)]}
+                                                    len(classes)],
+                          **({"f1_micro": f1_micro(said, examples), "teacher_f1_micro": f1_micro(teacher_said, examples)}
+                             if ctx.splits.multi_label else {})}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
@@ -82,7 +89,7 @@ def matches(said: list, examples: list) -> list:
 
 
 def predictions(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
-    """Per example, in order: the class id the model predicts. Batches (the teacher's 64) are of sentences of about
+    """Per example, in order: the class id the model predicts (multi-label: its 0/1 per label, runtime.decided). Batches (the teacher's 64) are of sentences of about
     one length, so padding is not half the tokens (rt-polarity's test split in file order: 2.07x the real tokens,
     the teacher's pass twice as long); each sentence's prediction is its own either way."""
     order = sorted(range(len(examples)), key=lambda i: len(str(examples[i][0]))) if batch_size > 1 else \
@@ -92,8 +99,8 @@ def predictions(model, examples: list, batch_size: int, progress: bool, desc: st
         for s in range(0, len(examples), batch_size):
             chunk = order[s:s + batch_size]
             batch = model.encode([examples[i][0] for i in chunk])
-            for i, p in zip(chunk, model.logits(batch).argmax(-1)):
-                said[i] = int(p)
+            for i, p in zip(chunk, runtime.decided(model.logits(batch), getattr(model, "multi_label", False))):
+                said[i] = p
             bar.update(len(chunk))
     return said
 
@@ -101,13 +108,24 @@ def predictions(model, examples: list, batch_size: int, progress: bool, desc: st
 def per_class(said: list, teacher_said: list, examples: list, labels: list) -> dict:
     """{label: {examples, recall, teacher_recall}}, each class's share of sentences predicted as that class: where
     compression costs a class more than the accuracy says (a minority class first)."""
+    def has(y, c) -> bool:  # a multi-label example (a 0/1 tuple) may have several
+        return y[c] == 1 if isinstance(y, tuple) else y == c
+
     out = {}
     for c, name in enumerate(labels):
-        rows = [i for i, (_, label) in enumerate(examples) if label == c]
+        rows = [i for i, (_, label) in enumerate(examples) if has(label, c)]
         if rows:
-            out[name] = {"examples": len(rows), "recall": sum(said[i] == c for i in rows) / len(rows),
-                         "teacher_recall": sum(teacher_said[i] == c for i in rows) / len(rows)}
+            out[name] = {"examples": len(rows), "recall": sum(has(said[i], c) for i in rows) / len(rows),
+                         "teacher_recall": sum(has(teacher_said[i], c) for i in rows) / len(rows)}
     return out
+
+
+def f1_micro(said: list, examples: list) -> float | None:
+    """Multi-label F1 over every (sentence, label) decision pooled: 2 TP / (2 TP + FP + FN); None with no label
+    given or said anywhere."""
+    tp = sum(p == g == 1 for y, (_, label) in zip(said, examples) for p, g in zip(y, label))
+    wrong = sum(p != g for y, (_, label) in zip(said, examples) for p, g in zip(y, label))
+    return 2 * tp / (2 * tp + wrong) if tp or wrong else None
 
 
 def lowest_kept(classes: dict) -> float | None:

@@ -118,7 +118,8 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
     meta = {"format": format, "target": target, "quantization": None, "labels": labels,
             "max_length": longest, "tokenizer": "tokenizer.json",
             "pad_id": tokenizer.pad_token_id, "inputs": inputs, "outputs": outputs,
-            "source": source, **extra, **({"text_pair": True} if pairs else {})}  # TorchScript INT8 re-traces source
+            "source": source, **extra, **({"text_pair": True} if pairs else {}),  # TorchScript INT8 re-traces source
+            **({"multi_label": True} if families.is_multi_label(model.config) else {})}
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
@@ -610,12 +611,16 @@ class _Logits(torch.nn.Module):
 
 
 def compare(reference, candidate, examples: list, batch_size: int = 32) -> dict:
-    """max_abs_diff of logits and label_agreement of candidate against reference on the same token ids."""
+    """max_abs_diff of logits and label_agreement of candidate against reference on the same token ids (for a
+    multi-label model, the share of texts given the same set of labels)."""
+    from edgekit.runtime import decided
+
+    multi = getattr(reference, "multi_label", False)
     diffs, agree = [], 0
     texts = [t for t, _ in examples]
     for s in range(0, len(texts), batch_size):
         batch = candidate.encode(texts[s:s + batch_size])
         a, b = reference.logits(batch), candidate.logits(batch)
         diffs.append(float(np.abs(a - b).max()))
-        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+        agree += sum(x == y for x, y in zip(decided(a, multi), decided(b, multi)))
     return {"max_abs_diff": round(max(diffs), 6), "label_agreement": round(agree / max(1, len(texts)), 4)}

@@ -9,7 +9,8 @@ from edgekit.artifact import Artifact
 def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 32,
         warmup: float = 0.1, weight_decay: float = 0.01, checkpoint_every: int = 100) -> Artifact:
     tokenizer = families.load_tokenizer(artifact.path)
-    model = families.load_model(artifact.path, labels=ctx.splits.labels, pairs=ctx.splits.pairs)
+    model = families.load_model(artifact.path, labels=ctx.splits.labels, pairs=ctx.splits.pairs,
+                                multi_label=ctx.splits.multi_label)
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length, ctx.progress)
     loss = training.train(model, encoded, training.hard_label_loss, out_dir=out_dir, epochs=epochs, lr=lr,
                           batch_size=batch_size, warmup=warmup, weight_decay=weight_decay,

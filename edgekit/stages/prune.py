@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from edgekit import data, families, training
@@ -55,7 +54,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length, ctx.progress)
     recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
     if transfer:
-        extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))
+        extra = [(t, data.no_label(ctx.splits)) for t, _ in
+                 data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))]
         recovery, recover_enc = recovery + extra, encoded + data.encode(tokenizer, extra, ctx.max_length)
     outside = None
     if vocab:  # the pieces of the text the model is trained on, the transfer texts included: it will read them
@@ -123,7 +123,8 @@ def recover(model, teacher, encoded, out_dir, ctx, epochs, lr, batch_size, tempe
             with torch.no_grad():
                 t = teacher(**inputs).logits
         s = m(**inputs).logits
-        return 0.5 * training.soft_label_kd(s, t, temperature) + 0.5 * training.labelled_ce(s, b["labels"])
+        return 0.5 * training.soft_label_kd(s, t, temperature, ctx.splits.multi_label) + \
+            0.5 * training.labelled_ce(s, b["labels"])
 
     training.train(model, encoded, loss_fn, out_dir=out_dir, epochs=epochs, lr=lr, batch_size=batch_size, warmup=0.1,
                    weight_decay=0.01, checkpoint_every=checkpoint_every, seed=ctx.seed, pad_id=pad_id,
@@ -171,7 +172,7 @@ def gradient_importance(model, encoded: list, pad_id: int, batches: int, batch_s
             stream.clear()
             captured.clear()
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            F.cross_entropy(logits, batch["labels"]).backward()
+            training.task_loss(logits, batch["labels"]).backward()
             for i in range(len(blocks)):
                 per_head = sum((c * c.grad).reshape(*c.shape[:2], -1, head_dim).sum((1, 3)) for c in captured[("o", i)])
                 heads[i] += per_head.abs().sum(0).detach()

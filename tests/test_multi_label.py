@@ -1,0 +1,194 @@
+"""Multi-label classifiers (toxicity tags, emotions, topics: any number of labels per text, none too): read from
+JSONL lists or CSV cells cut at data.label_separator, trained with a sigmoid per label, distilled, pruned,
+exported and scored as exact-match accuracy, per-label recall and micro-F1, predicted as lists of labels."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import edgekit
+from edgekit import cli, data, devices, pipeline, recipe, runtime, testing, training
+from edgekit.errors import EdgekitError
+from edgekit.stages import evaluate
+
+RUNNER = Path(__file__).resolve().parent.parent / "device_bench"  # the device runner, a package of its own
+sys.path.insert(0, str(RUNNER))
+try:
+    from device_bench import runner
+finally:
+    sys.path.pop(0)
+
+
+def rows_csv(path, cells: list) -> str:
+    path.write_text("text,label\n" + "".join(f"sentence {i} {'good' * (i % 2)},{c}\n" for i, c in enumerate(cells)))
+    return str(path)
+
+
+def test_jsonl_lists_are_multi_label_data(tmp_path):
+    splits = data.load(str(testing.make_multi_label_jsonl(tmp_path / "d.jsonl")))
+    assert splits.multi_label and splits.labels == ["neg", "pos"]
+    every = splits.train + splits.validation + splits.test
+    assert {y for _, y in every} == {(0, 0), (1, 0), (0, 1), (1, 1)}  # none, one or both labels
+    assert splits.stats["classes"] == {"neg": 120, "pos": 120}  # rows holding each label, of 240
+    assert "classes: neg 120, pos 120" in data.describe(splits)
+    for text, y in every:  # each row's tuple says which cues its text holds
+        assert y == (int(any(w in text.split() for w in testing.NEGATIVE)),
+                     int(any(w in text.split() for w in testing.POSITIVE)))
+    assert not data.load(str(testing.make_csv(tmp_path / "s.csv"))).multi_label
+
+
+def test_csv_cells_cut_at_the_label_separator(tmp_path):
+    f = rows_csv(tmp_path / "d.csv", ["a|b", "", "b", " a | ", "b|b"] * 40)
+    splits = data.load(f, label_separator="|")
+    assert splits.multi_label and splits.labels == ["a", "b"]
+    by_text = {t: y for t, y in splits.train + splits.validation + splits.test}
+    assert [by_text[f"sentence {i} {'good' * (i % 2)}"] for i in range(5)] == [(1, 1), (0, 0), (0, 1), (1, 0), (0, 1)]
+    plain = data.load(f)  # without the separator a cell is one class name, and an empty cell no label
+    assert not plain.multi_label and plain.labels == ["a |", "a|b", "b", "b|b"] and plain.stats["skipped"] == 40
+
+
+def test_a_label_only_outside_training_moves_a_row_into_it_and_max_train_keeps_every_label(tmp_path):
+    rows = [json.dumps({"text": f"text {i}", "label": ["x"] if i % 2 else []}) for i in range(200)]
+    rows.append(json.dumps({"text": "the rare one", "label": ["x", "rare"]}))
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    splits = data.load(str(tmp_path / "d.jsonl"))
+    assert splits.labels == ["rare", "x"] and ("the rare one", (1, 1)) in splits.train
+    cut = data.load(str(tmp_path / "d.jsonl"), max_train=20)
+    assert len(cut.train) == 20 and ("the rare one", (1, 1)) in cut.train  # its label set kept a row
+    with pytest.raises(EdgekitError, match="has one label .*a single tag is a two-class task"):
+        (tmp_path / "one.jsonl").write_text("".join(json.dumps({"text": f"t{i}", "label": ["x"] * (i % 2)}) + "\n"
+                                                    for i in range(50)))
+        data.load(str(tmp_path / "one.jsonl"))
+
+
+def test_a_label_set_that_fills_most_rows_is_warned_of(tmp_path):
+    rows = [json.dumps({"text": f"text {i}", "label": [["a"], ["b"]][i // 10 % 2] if i % 10 == 0 else []})
+            for i in range(300)]
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    said = data.warnings(data.load(str(tmp_path / "d.jsonl")))
+    assert any(w.startswith("label set 'none' holds 89.6% of the 250 training rows") and "class_recall_retained" in w for w in said), said
+
+
+def test_multi_label_losses():
+    torch.manual_seed(0)
+    logits, labels = torch.randn(4, 3), torch.tensor([[1, 0, 1], [0, 0, 0], [0, 1, 0], [1, 1, 1]])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels.float())
+    assert torch.isclose(training.task_loss(logits, labels), expected)
+    assert torch.isclose(training.labelled_ce(logits, labels), expected)
+    unlabelled = torch.cat([labels, torch.full((4, 3), data.UNLABELLED)])  # transfer rows add nothing
+    assert torch.isclose(training.labelled_ce(torch.cat([logits, torch.randn(4, 3)]), unlabelled), expected / 2)
+    student = logits.clone().requires_grad_(True)
+    training.soft_label_kd(student, logits, 2.0, multi_label=True).backward()
+    assert student.grad.abs().max() < 1e-6  # the student that says what the teacher says is at the minimum
+    assert training.soft_label_kd(-logits, logits, 2.0, multi_label=True) > \
+        training.soft_label_kd(logits, logits, 2.0, multi_label=True)
+    assert runtime.decided(np.array([[0.3, -0.1, 0.0]]), True) == [(1, 0, 0)]  # a logit over 0: the label applies
+    assert runtime.decided(np.array([[0.3, 2.0, 0.0]]), False) == [1]
+
+
+@pytest.fixture(scope="module")
+def ml_run(tmp_path_factory):
+    """A finished multi-label run of every stage on the tiny model and multi-label data."""
+    root = tmp_path_factory.mktemp("multi")
+    jsonl = testing.make_multi_label_jsonl(root / "d.jsonl")
+    (root / "r.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(root / "m"), jsonl, stages=(
+        "finetune", "distill", "prune", "export", "quantize", "evaluate")))
+    pipeline.run(recipe.load(str(root / "r.yaml"), ["finetune.epochs=8"]), root / "run", progress=False)
+    return root / "run"
+
+
+def test_a_multi_label_run_trains_exports_and_scores_label_sets(ml_run):
+    m = json.loads((ml_run / "manifest.json").read_text())
+    assert m["status"] == "complete"
+    config = json.loads((ml_run / "01-finetune" / "model" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification" and len(config["id2label"]) == 2
+    final = m["final"]["metrics"]
+    path = ml_run / m["final"]["path"]
+    assert json.loads((path.parent / "model.json").read_text())["multi_label"] is True
+    splits = pipeline.context_of(ml_run, progress=False)[1].splits
+    said = evaluate.predictions(runtime.load(path), splits.test, 1, False, "")
+    assert all(isinstance(y, tuple) and len(y) == 2 for y in said)
+    gold = [y for _, y in splits.test]
+    assert final["accuracy"] == sum(p == g for p, g in zip(said, gold)) / len(gold)  # the whole set right
+    rows = [i for i, g in enumerate(gold) if g[0]]
+    assert final["per_class"]["neg"]["recall"] == sum(said[i][0] for i in rows) / len(rows)
+    tp = sum(a == b == 1 for p, g in zip(said, gold) for a, b in zip(p, g))
+    wrong = sum(a != b for p, g in zip(said, gold) for a, b in zip(p, g))
+    assert final["f1_micro"] == 2 * tp / (2 * tp + wrong) and final["teacher_f1_micro"] > 0.5
+    assert final["per_class"]["neg"]["teacher_recall"] >= 0.9  # the teacher learned a label from its cues
+    out = edgekit.load(ml_run)(["bad awful film", "the plot"])
+    assert all(isinstance(labels, list) for labels in out["labels"]) and out["probs"].shape == (2, 2)
+    assert out["labels"][0] == [n for n, p in zip(["neg", "pos"], out["probs"][0]) if p > 0.5]
+
+
+def test_predict_writes_label_lists_and_scores_label_sets(ml_run, tmp_path, capsys):
+    data_file = ml_run.parent / "d.jsonl"
+    assert cli.main(["predict", str(ml_run), "--data", str(data_file), "--out", str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    given = [json.loads(line)["label"] for line in data_file.read_text().splitlines()]
+    assert [r["gold"] for r in rows] == given and all(isinstance(r["label"], list) for r in rows)
+    right = sum(r["label"] == r["gold"] for r in rows)
+    assert f"accuracy {right / len(rows):.4f} ({right} of {len(rows)} labelled texts)" in capsys.readouterr().out
+    assert cli.main(["predict", str(ml_run), "--data", str(data_file), "--out", str(tmp_path / "p.csv")]) == 0
+    cells = [line.split(",") for line in (tmp_path / "p.csv").read_text().splitlines()[1:]]
+    assert [c[2] for c in cells] == ["|".join(r["label"]) for r in rows]  # --label-separator reads them back
+    assert [c[-1] for c in cells] == ["|".join(g) for g in given]
+    assert cli.main(["predict", str(ml_run), "--data", str(tmp_path / "p.csv"), "--label-column", "gold",
+                     "--label-separator", "|", "--out", str(tmp_path / "again.jsonl")]) == 0
+    assert [json.loads(line)["gold"] for line in (tmp_path / "again.jsonl").read_text().splitlines()] == given
+
+
+def test_the_device_runner_scores_label_sets(ml_run, tmp_path):
+    (tmp_path / "t.csv").write_text("text,label\nbad film,neg\ngood bad,neg|pos\nthe plot,\n")
+    assert runner.read_labelled(tmp_path / "t.csv", ["neg", "pos"], "text", "label", multi_label=True) == \
+        (["bad film", "good bad", "the plot"], [(1, 0), (1, 1), (0, 0)])
+    (tmp_path / "u.csv").write_text("text,label\nbad film,neg|rude\n")
+    with pytest.raises(runner.BenchError, match=r"labels the multi-label model does not know \(rude; the first on "
+                                                r"line 2\)"):
+        runner.read_labelled(tmp_path / "u.csv", ["neg", "pos"], "text", "label", multi_label=True)
+    m = json.loads((ml_run / "manifest.json").read_text())
+    job = tmp_path / "job"
+    staged = devices.stage_job(ml_run, m, ml_run / m["final"]["path"], job, 0)
+    texts, gold = runner.read_labelled(job / "test.csv", ["neg", "pos"], "text", "label", multi_label=True)
+    splits = pipeline.context_of(ml_run, progress=False)[1].splits
+    assert staged["examples"] == len(gold) and gold == [y for _, y in splits.test]  # the split evaluate scored
+    result = subprocess.run([sys.executable, "-m", "device_bench", str(job / staged["model"]), "--data",
+                             str(job / "test.csv"), "--out", str(tmp_path / "r.json"), "--runs", "2", "--warmup",
+                             "1", "--seq-len", "16"], capture_output=True, text=True,
+                            env={"PYTHONPATH": str(RUNNER), "PATH": "/usr/bin"})
+    assert result.returncode == 0, result.stderr
+    measured = json.loads((tmp_path / "r.json").read_text())
+    assert measured["accuracy"] == m["final"]["metrics"]["accuracy"]  # the device scores as evaluate did
+
+
+def test_teacher_heads_must_match_the_data_kind_without_finetune(ml_run, tmp_path):
+    multi_teacher = ml_run / "01-finetune" / "model"
+    single = testing.make_csv(tmp_path / "s.csv")
+    (tmp_path / "a.yaml").write_text(testing.tiny_recipe(multi_teacher, single, stages=("export", "evaluate")))
+    with pytest.raises(EdgekitError, match="has a multi-label head .* but the data gives one label per row"):
+        pipeline.run(recipe.load(str(tmp_path / "a.yaml")), tmp_path / "a", progress=False)
+    (tmp_path / "b.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(tmp_path / "m"), ml_run.parent / "d.jsonl",
+                                                         stages=("export", "evaluate")))
+    with pytest.raises(EdgekitError, match="the data is multi-label .* single-label head"):
+        pipeline.run(recipe.load(str(tmp_path / "b.yaml")), tmp_path / "b", progress=False)
+    (tmp_path / "c.yaml").write_text(testing.tiny_recipe(multi_teacher, ml_run.parent / "d.jsonl",
+                                                         stages=("export", "evaluate")))
+    m = pipeline.run(recipe.load(str(tmp_path / "c.yaml")), tmp_path / "c", progress=False)
+    assert m["status"] == "complete" and m["final"]["metrics"]["accuracy_retained"] == 1.0  # the teacher exported
+    shutil.rmtree(tmp_path / "c")
+
+
+def test_the_data_takes_a_multi_label_teachers_order(tmp_path):
+    """A teacher whose labels come in another order than the data's sorted names (a toxicity model's toxic,
+    severe_toxic, obscene, ...): each row's 0/1 tuple is permuted with the names, so position k means the teacher's
+    label k."""
+    splits = data.load(str(testing.make_multi_label_jsonl(tmp_path / "d.jsonl")))
+    moved = pipeline.in_teacher_order(splits, ["pos", "neg"])
+    assert moved.labels == ["pos", "neg"] and moved.multi_label
+    for (text, y), (same, z) in zip(splits.train + splits.test, moved.train + moved.test):
+        assert text == same and z == (y[1], y[0])
