@@ -22,7 +22,8 @@ def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = N
 
 def load(path, threads: int = 0, max_length: int = 0):
     """A callable model from a transformers folder or an .onnx, .tflite or TorchScript .pt file:
-    model(texts) -> {labels, probs}, in chunks of 64 texts. `max_length`: where every call cuts texts by default
+    model(texts) -> {labels, probs}, in chunks of 64 texts (a multi-label model: a list of labels per text and
+    each label's sigmoid). `max_length`: where every call cuts texts by default
     (at most what the file takes). Bad input raises edgekit.EdgekitError, with one line saying what to do."""
     from edgekit.runtime import load as _load
 

@@ -371,6 +371,7 @@ def summary(manifest: dict) -> str:
     rows.append("")
     majority = f" (always the commonest class: {final['majority_accuracy']:.4f})" if "majority_accuracy" in final \
         else ""
+    majority = majority.replace("class", "label set") if final.get("f1_micro") is not None else majority
     kept = final.get("accuracy_retained")
     scored = (f"teacher accuracy {final['teacher_accuracy']:.4f}{majority}, "
               f"retained {'undefined (the teacher scored 0)' if kept is None else f'{kept:.4f}'}"
@@ -378,6 +379,9 @@ def summary(manifest: dict) -> str:
               f"{f' on {n} {split} sentences' if (n := final.get('eval_examples')) and (split := final.get('eval_split')) else ''}"
               if final.get("teacher_accuracy") is not None else "accuracy not measured (no evaluate stage)")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); {scored}")
+    if final.get("f1_micro") is not None and final.get("teacher_f1_micro") is not None:  # a multi-label run
+        rows.append(f"multi-label: accuracy is exact-match (a sentence's whole set of labels); micro-F1 "
+                    f"{final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}")
     if worst := worst_class(final.get("per_class") or {}):
         name, c = worst
         rows.append(f"class losing most: '{name}', recall {c['recall']:.4f} against the teacher's "

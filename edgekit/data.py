@@ -204,7 +204,8 @@ def describe(splits: Splits) -> str:
         parts.append(f"{s} {n}" + (f" of {full}" if full is not None and full != n else ""))
     shown = [f"{name} {n}" for name, n in list(classes.items())[:20]]
     more = f", {len(classes) - 20} more" if len(classes) > 20 else ""
-    return f"data: {head}; {', '.join(parts)}; classes: {', '.join(shown)}{more}"
+    kind = "multi-label, rows holding each label" if splits.multi_label else "classes"
+    return f"data: {head}; {', '.join(parts)}; {kind}: {', '.join(shown)}{more}"
 
 
 def warnings(splits: Splits) -> list:

@@ -326,7 +326,8 @@ class _Says:
 
 def _evaluate(tmp_path, monkeypatch, labels, teacher_said, student_said):
     monkeypatch.setattr(runtime, "load", lambda path, **k: _Says(teacher_said if path == "T" else student_said))
-    splits = type("Splits", (), {"test": [(str(i), y) for i, y in enumerate(labels)], "labels": ["neg", "pos"]})
+    splits = type("Splits", (), {"test": [(str(i), y) for i, y in enumerate(labels)], "labels": ["neg", "pos"],
+                                 "multi_label": False})
     ctx = type("Ctx", (), {"splits": splits, "teacher": Artifact("T", "hf"), "max_length": 32, "progress": False})
     return evaluate.run(Artifact("S", "onnx"), tmp_path / "eval", ctx).metrics
 

@@ -330,7 +330,7 @@ def test_size_and_shares_kept_are_compared_exactly_and_shown_on_their_side_of_th
             return np.stack([[1.0, 0.0] if i < self.right else [0.0, 1.0] for i in ids])
 
     monkeypatch.setattr(runtime, "load", lambda path, **k: Fake(999 if path == "T" else 969))
-    splits = type("Splits", (), {"test": [(str(i), 0) for i in range(1320)], "labels": ["a", "b"]})
+    splits = type("Splits", (), {"test": [(str(i), 0) for i in range(1320)], "labels": ["a", "b"], "multi_label": False})
     ctx = type("Ctx", (), {"splits": splits, "teacher": Artifact("T", "hf"), "max_length": 32, "progress": False})
     m = evaluate.run(Artifact("S", "onnx"), tmp_path / "eval", ctx).metrics
     assert m["accuracy_retained"] == 969 / 999  # 0.96997: from the rounded accuracies it was 0.97

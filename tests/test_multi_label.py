@@ -35,7 +35,7 @@ def test_jsonl_lists_are_multi_label_data(tmp_path):
     every = splits.train + splits.validation + splits.test
     assert {y for _, y in every} == {(0, 0), (1, 0), (0, 1), (1, 1)}  # none, one or both labels
     assert splits.stats["classes"] == {"neg": 120, "pos": 120}  # rows holding each label, of 240
-    assert "classes: neg 120, pos 120" in data.describe(splits)
+    assert data.describe(splits).endswith("; multi-label, rows holding each label: neg 120, pos 120")
     for text, y in every:  # each row's tuple says which cues its text holds
         assert y == (int(any(w in text.split() for w in testing.NEGATIVE)),
                      int(any(w in text.split() for w in testing.POSITIVE)))
@@ -72,6 +72,17 @@ def test_a_label_set_that_fills_most_rows_is_warned_of(tmp_path):
     (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
     said = data.warnings(data.load(str(tmp_path / "d.jsonl")))
     assert any(w.startswith("label set 'none' holds 89.6% of the 250 training rows") and "class_recall_retained" in w for w in said), said
+
+
+def test_augmented_copies_keep_their_label_sets_through_the_cache(tmp_path):
+    """The augmentation cache is JSON: a multi-label tuple comes back as a tuple, so the entry is used, not made
+    again on every run."""
+    from edgekit import augment
+
+    examples = [("bad film", (1, 0)), ("good bad film", (1, 1))]
+    augment.save(tmp_path / "entry.json", examples, "mlm")
+    assert augment.cached(tmp_path / "entry.json", {(1, 0), (1, 1)}) == (examples, "mlm")
+    assert augment.cached(tmp_path / "entry.json", {(1, 0)}) is None  # a label set of other sentences: not this entry
 
 
 def test_multi_label_losses():
@@ -192,3 +203,10 @@ def test_the_data_takes_a_multi_label_teachers_order(tmp_path):
     assert moved.labels == ["pos", "neg"] and moved.multi_label
     for (text, y), (same, z) in zip(splits.train + splits.test, moved.train + moved.test):
         assert text == same and z == (y[1], y[0])
+
+
+def test_the_run_summary_says_what_accuracy_means_and_gives_micro_f1(ml_run):
+    m = json.loads((ml_run / "manifest.json").read_text())
+    final, said = m["final"]["metrics"], cli.summary(m)
+    assert f"micro-F1 {final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}" in said
+    assert f"(always the commonest label set: {final['majority_accuracy']:.4f})" in said

@@ -140,7 +140,7 @@ def test_recovery_on_teacher_logits_uses_each_sentences_own_row_and_trains(model
     logits = torch.randn(len(encoded), 2)
     captured, targets = {}, []
     monkeypatch.setattr(training, "train", lambda model, enc, loss_fn, **k: captured.update(loss_fn=loss_fn))
-    monkeypatch.setattr(training, "soft_label_kd", lambda s, t, temperature: targets.append(t) or s.sum() * 0)
+    monkeypatch.setattr(training, "soft_label_kd", lambda s, t, temperature, *multi_label: targets.append(t) or s.sum() * 0)
     prune.recover(plain, logits, encoded, tmp_path / "r", ctx, 1.0, 1e-3, 16, 2.0, 100, 0)
     batch = next(data.batches([encoded[i] for i in (3, 0, 5)], 3, 0)) | {"index": [3, 0, 5]}
     captured["loss_fn"](plain, batch)
