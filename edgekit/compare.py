@@ -136,11 +136,14 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
         from edgekit.pipeline import in_teacher_order
 
         data = in_teacher_order(data, names)  # the same classes in the model's order
-    task_model = source is not None and data is not None and names == data.labels
+    same_kind = data is not None and families.is_multi_label(model.config) == data.multi_label
+    task_model = source is not None and data is not None and names == data.labels and same_kind
     if data is not None and not task_model:
         why = "has random weights" if source is None else \
             f"predicts {names}, the data's labels are {data.labels}; name them in its config.json's id2label as " \
-            f"the data does, if it was trained on these classes"
+            f"the data does, if it was trained on these classes" if names != data.labels else \
+            f"is a {'single' if data.multi_label else 'multi'}-label classifier and the data " \
+            f"{'is multi-label' if data.multi_label else 'gives one label per row'}"
         tqdm.write(f"edgekit: warning: no accuracy for {spec}: it {why}", file=sys.stderr)
     if task_model:  # a model trained for these labels: its accuracy means something
         from edgekit import runtime
@@ -168,7 +171,8 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 
 @families.quiet_transformers()
 def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128,
-        progress: bool = True, text_column: str = "text", label_column: str = "label", label_separator: str = "") -> list:
+        progress: bool = True, text_column: str = "text", label_column: str = "label",
+        label_separator: str = "") -> list:
     if not specs:
         raise UsageError("compare needs models: asset names, folders, config.json files, or --families")
     if not 2 <= seq_len <= 512:

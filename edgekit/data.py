@@ -244,10 +244,10 @@ def warnings(splits: Splits) -> list:
     top, n = max(train.items(), key=lambda item: item[1], default=(0, 0))
     if n and n >= 0.8 * len(splits.train):
         share, name = f"{100 * n / len(splits.train):.1f}%", label_text(splits.labels, top)
-        out.append(f"{'label set' if splits.multi_label else 'class'} '{name}' holds {share} of the {len(splits.train)} "
-                   f"training rows: a model that always answers '{name}' scores about {share} accuracy; compare "
-                   f"accuracy against that share" + ("; class_recall_retained (each label's recall) says more"
-                                                     * splits.multi_label))
+        what = "label set" if splits.multi_label else "class"
+        out.append(f"{what} '{name}' holds {share} of the {len(splits.train)} training rows: a model that always "
+                   f"answers '{name}' scores about {share} accuracy; compare accuracy against that share"
+                   + "; class_recall_retained (each label's recall) says more" * splits.multi_label)
     return out
 
 

@@ -228,7 +228,8 @@ def stage_job(run: Path, manifest: dict, model: Path, into: Path, sentences: int
         writer.writerow(["text", "text_pair", "label"] if pairs else ["text", "label"])
         names = meta["labels"]  # the model's own names for the class ids: the runner reads names before ids
         writer.writerows((*(text if pairs else (text,)), "|".join(names[i] for i, v in enumerate(label) if v)
-                          if isinstance(label, tuple) else names[label]) for text, label in test)  # multi-label: cut at |
+                          if isinstance(label, tuple) else names[label])  # multi-label: names cut at |
+                         for text, label in test)
     return {"model": f"model/{model.name}", "format": meta.get("format"), "examples": len(test),
             "max_length": meta.get("max_length")}
 

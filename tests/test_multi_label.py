@@ -210,3 +210,17 @@ def test_the_run_summary_says_what_accuracy_means_and_gives_micro_f1(ml_run):
     final, said = m["final"]["metrics"], cli.summary(m)
     assert f"micro-F1 {final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}" in said
     assert f"(always the commonest label set: {final['majority_accuracy']:.4f})" in said
+
+
+def test_compare_scores_a_multi_label_model_on_label_sets_and_no_other_kind(ml_run, tmp_path, capsys):
+    from edgekit import compare
+
+    teacher, jsonl = ml_run / "01-finetune" / "model", ml_run.parent / "d.jsonl"
+    rows = compare.run([str(teacher)], tmp_path / "c", str(jsonl), seq_len=32, progress=False)
+    splits = data.load(str(jsonl))
+    expected = evaluate.accuracy(runtime.HFModel(teacher, max_length=32), splits.test, 64, False, "")
+    assert rows[0]["accuracy"] == expected and 0 < expected < 1
+    rows = compare.run([str(teacher)], tmp_path / "c", str(testing.make_csv(tmp_path / "s.csv")), seq_len=32,
+                       progress=False)
+    assert "accuracy" not in rows[0]  # exact-match against one class per row would read 0
+    assert "it is a multi-label classifier and the data gives one label per row" in capsys.readouterr().err

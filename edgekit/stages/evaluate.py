@@ -65,8 +65,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
                           "class_recall_retained": lowest_kept(classes),
                           "class_recall_measured": [sum(c["teacher_recall"] > 0 for c in classes.values()),
                                                     len(classes)],
-                          **({"f1_micro": f1_micro(said, examples), "teacher_f1_micro": f1_micro(teacher_said, examples)}
-                             if ctx.splits.multi_label else {})}
+                          **({"f1_micro": f1_micro(said, examples),
+                              "teacher_f1_micro": f1_micro(teacher_said, examples)} if ctx.splits.multi_label else {})}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
@@ -89,9 +89,10 @@ def matches(said: list, examples: list) -> list:
 
 
 def predictions(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
-    """Per example, in order: the class id the model predicts (multi-label: its 0/1 per label, runtime.decided). Batches (the teacher's 64) are of sentences of about
-    one length, so padding is not half the tokens (rt-polarity's test split in file order: 2.07x the real tokens,
-    the teacher's pass twice as long); each sentence's prediction is its own either way."""
+    """Per example, in order: the class id the model predicts (multi-label: its 0/1 per label, runtime.decided).
+    Batches (the teacher's 64) are of sentences of about one length, so padding is not half the tokens
+    (rt-polarity's test split in file order: 2.07x the real tokens, the teacher's pass twice as long); each
+    sentence's prediction is its own either way."""
     order = sorted(range(len(examples)), key=lambda i: len(str(examples[i][0]))) if batch_size > 1 else \
         range(len(examples))
     said = [0] * len(examples)
