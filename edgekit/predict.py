@@ -89,25 +89,20 @@ def gold_names(gold: list, labels: list, source: str, multi_label: bool = False)
     if not given:
         return None
     by_index = {str(i): name for i, name in enumerate(labels)}
-    if multi_label:
-        names = [None if g is None else g if isinstance(g, tuple) else (g,) for g in gold]
-        if unknown := sorted({n for g in names if g for n in g if n not in labels and n not in by_index}):
-            print(f"edgekit: warning: {source} has labels the model does not know "
-                  f"({', '.join(map(repr, unknown[:5]))}; the model's: {', '.join(map(repr, labels))}), so no "
-                  f"accuracy; give --label-column the column of the model's label names or their indices",
-                  file=sys.stderr)
-            return None
-        return [None if g is None else [n for n in labels if n in {by_index.get(x, x) for x in g}] for g in names]
-    if any(isinstance(g, tuple) for g in given):
+    if not multi_label and any(isinstance(g, tuple) for g in given):
         print(f"edgekit: warning: {source} gives rows several labels but the model gives one, so no accuracy",
               file=sys.stderr)
         return None
-    if unknown := sorted({g for g in given if g not in labels and g not in by_index}):
+    sets = [None if g is None else g if isinstance(g, tuple) else (g,) for g in gold]  # a single name: a set of one
+    if unknown := sorted({n for s in sets if s for n in s if n not in labels and n not in by_index}):
         print(f"edgekit: warning: {source} has labels the model does not know ({', '.join(map(repr, unknown[:5]))}; "
               f"the model's: {', '.join(map(repr, labels))}), so no accuracy; give --label-column the column of the "
               f"model's label names or their indices", file=sys.stderr)
         return None
-    return [None if g is None else g if g in labels else by_index[g] for g in gold]
+    named = [None if s is None else {n if n in labels else by_index[n] for n in s} for s in sets]  # names first
+    if multi_label:
+        return [None if s is None else [n for n in labels if n in s] for s in named]
+    return [None if s is None else next(iter(s)) for s in named]
 
 
 def run(args) -> dict:

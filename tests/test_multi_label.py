@@ -224,3 +224,13 @@ def test_compare_scores_a_multi_label_model_on_label_sets_and_no_other_kind(ml_r
                        progress=False)
     assert "accuracy" not in rows[0]  # exact-match against one class per row would read 0
     assert "it is a multi-label classifier and the data gives one label per row" in capsys.readouterr().err
+
+
+def test_predict_reads_given_labels_as_names_before_indices():
+    """Labels named by digits: "1" is the label named 1, as for a single-label model, not the label at index 1;
+    an index that names no label is read as one."""
+    from edgekit import predict
+
+    assert predict.gold_names([("1",), ("0", "1"), None, ("2",)], ["1", "0", "x"], "f", True) == \
+        [["1"], ["1", "0"], None, ["x"]]
+    assert predict.gold_names(["1", "2", None], ["1", "0", "x"], "f") == ["1", "x", None]
