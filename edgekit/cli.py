@@ -369,9 +369,9 @@ def summary(manifest: dict) -> str:
             rows.append(f"| {name} | {o['path']} | {report.number(m.get('size_mb'), 'MB')} | "
                         f"{report.number(m.get('accuracy'))} | {report.number(m.get('latency_ms_p50'), 'ms')} |")
     rows.append("")
-    majority = f" (always the commonest class: {final['majority_accuracy']:.4f})" if "majority_accuracy" in final \
-        else ""
-    majority = majority.replace("class", "label set") if final.get("f1_micro") is not None else majority
+    commonest = "label set" if final.get("f1_micro") is not None else "class"  # f1_micro: a multi-label run
+    majority = f" (always the commonest {commonest}: {final['majority_accuracy']:.4f})" \
+        if "majority_accuracy" in final else ""
     kept = final.get("accuracy_retained")
     scored = (f"teacher accuracy {final['teacher_accuracy']:.4f}{majority}, "
               f"retained {'undefined (the teacher scored 0)' if kept is None else f'{kept:.4f}'}"

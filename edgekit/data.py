@@ -336,10 +336,11 @@ def check_transfer(source: str) -> None:
                          f"(one text per line)")
 
 
-def unlabelled(source: str, examples: int, seed: int = 0, exclude=()) -> list:
-    """A transfer set for distillation: up to `examples` texts without labels, [(text, UNLABELLED)], taken at
-    random (seeded) from the tweets-3class asset or a local .txt file (one text per line); repeats and every text
-    in `exclude` (the run's validation and test sentences) are dropped, compared case- and space-insensitively."""
+def unlabelled(source: str, examples: int, seed: int = 0, exclude=(), label=UNLABELLED) -> list:
+    """A transfer set for distillation: up to `examples` texts without labels, [(text, `label`)] (no_label gives a
+    run's: a row of UNLABELLED for multi-label splits), taken at random (seeded) from the tweets-3class asset or a
+    local .txt file (one text per line); repeats and every text in `exclude` (the run's validation and test
+    sentences) are dropped, compared case- and space-insensitively."""
     check_transfer(source)
     if source == "tweets-3class":
         texts = [t for t, _ in _tweets()]
@@ -358,7 +359,7 @@ def unlabelled(source: str, examples: int, seed: int = 0, exclude=()) -> list:
         raise EdgekitError(f"transfer source '{source}' has no text that is not already in the run's data; give "
                            f"other text")
     random.Random(seed).shuffle(kept)
-    return [(t, UNLABELLED) for t in kept[:examples]]
+    return [(t, label) for t in kept[:examples]]
 
 
 def _tweets() -> list:

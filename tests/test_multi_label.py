@@ -234,3 +234,16 @@ def test_predict_reads_given_labels_as_names_before_indices():
     assert predict.gold_names([("1",), ("0", "1"), None, ("2",)], ["1", "0", "x"], "f", True) == \
         [["1"], ["1", "0"], None, ["x"]]
     assert predict.gold_names(["1", "2", None], ["1", "0", "x"], "f") == ["1", "x", None]
+
+
+def test_transfer_texts_join_a_multi_label_run_without_a_label(tmp_path):
+    """distill.transfer and prune.transfer add texts whose label is a row of UNLABELLED (a bare UNLABELLED among the
+    0/1 tuples could not make one labels tensor)."""
+    (tmp_path / "t.txt").write_text("some other text here\nanother line of words\nthe film was a film\nmore text\n")
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(
+        testing.make_model_dir(tmp_path / "m"), testing.make_multi_label_jsonl(tmp_path / "d.jsonl"),
+        stages=("finetune", "distill", "prune", "evaluate")))
+    overrides = [f"distill.transfer={tmp_path / 't.txt'}", f"prune.transfer={tmp_path / 't.txt'}"]
+    m = pipeline.run(recipe.load(str(tmp_path / "r.yaml"), overrides), tmp_path / "run", progress=False)
+    assert m["status"] == "complete" and m["stages"][1]["metrics"]["transfer_examples"] == 4
+    assert data.no_label(pipeline.context_of(tmp_path / "run", progress=False)[1].splits) == (data.UNLABELLED,) * 2

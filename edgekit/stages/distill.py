@@ -108,8 +108,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
         examples += extra
         notes["augmented_examples"] = len(extra)
     if transfer:
-        extra = [(t, data.no_label(ctx.splits)) for t, _ in
-                 data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))]
+        extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx), data.no_label(ctx.splits))
         examples += extra
         notes["transfer_examples"] = len(extra)
     s_enc = data.encode(s_tok, examples, ctx.max_length, ctx.progress)

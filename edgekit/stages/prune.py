@@ -54,8 +54,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
     encoded = data.encode(tokenizer, ctx.splits.train, ctx.max_length, ctx.progress)
     recovery, recover_enc = list(ctx.splits.train), encoded  # plus unlabelled transfer texts: KD only (see distill)
     if transfer:
-        extra = [(t, data.no_label(ctx.splits)) for t, _ in
-                 data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx))]
+        extra = data.unlabelled(transfer, transfer_examples, ctx.seed, eval_texts(ctx), data.no_label(ctx.splits))
         recovery, recover_enc = recovery + extra, encoded + data.encode(tokenizer, extra, ctx.max_length)
     outside = None
     if vocab:  # the pieces of the text the model is trained on, the transfer texts included: it will read them
