@@ -380,8 +380,11 @@ def summary(manifest: dict) -> str:
               if final.get("teacher_accuracy") is not None else "accuracy not measured (no evaluate stage)")
     rows.append(f"final: {manifest['final']['path']} ({manifest['final']['kind']}); {scored}")
     if final.get("f1_micro") is not None and final.get("teacher_f1_micro") is not None:  # a multi-label run
+        kept = final.get("f1_micro_retained")
         rows.append(f"multi-label: accuracy is exact-match (a sentence's whole set of labels); micro-F1 "
-                    f"{final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}")
+                    f"{final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}"
+                    + (f", retained {kept:.4f}{gate.interval_note(final.get('f1_micro_retained_interval'))}"
+                       if kept is not None else ""))
     if worst := worst_class(final.get("per_class") or {}):
         name, c = worst
         rows.append(f"class losing most: '{name}', recall {c['recall']:.4f} against the teacher's "

@@ -19,11 +19,15 @@ RECIPES = Path(__file__).parent / "recipes"
 TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "targets", "stages", "budgets",
             "devices") + stages.NAMES  # devices: where `edgekit bench` runs a finished run (edgekit.devices)
 DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "seed")
-METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "class_recall_retained", "latency_ms_p50",
-           "latency_ms_p90", "latency_ms_p99", "peak_rss_mb", "max_abs_diff", "label_agreement")
+METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "class_recall_retained", "f1_micro",
+           "f1_micro_retained", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "peak_rss_mb", "max_abs_diff",
+           "label_agreement")
 OPS = ("<=", ">=", "<", ">")
-FRACTIONS = ("accuracy", "accuracy_retained", "class_recall_retained", "label_agreement")  # 0.97, never 97
+FRACTIONS = ("accuracy", "accuracy_retained", "class_recall_retained", "f1_micro", "f1_micro_retained",
+             "label_agreement")  # 0.97, never 97
+MULTI_LABEL_METRICS = ("f1_micro", "f1_micro_retained")  # what only a multi-label run measures
 MEASURED_BY = {"accuracy": ("evaluate",), "accuracy_retained": ("evaluate",), "class_recall_retained": ("evaluate",),
+               "f1_micro": ("evaluate",), "f1_micro_retained": ("evaluate",),
                "latency_ms_p50": ("bench",),
                "latency_ms_p90": ("bench",), "latency_ms_p99": ("bench",), "peak_rss_mb": ("bench",),
                "max_abs_diff": ("export", "quantize"), "label_agreement": ("export", "quantize"),

@@ -13,7 +13,7 @@ import torch
 
 import edgekit
 from edgekit import cli, data, devices, pipeline, recipe, runtime, testing, training
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, UsageError
 from edgekit.stages import evaluate
 
 RUNNER = Path(__file__).resolve().parent.parent / "device_bench"  # the device runner, a package of its own
@@ -208,7 +208,9 @@ def test_the_data_takes_a_multi_label_teachers_order(tmp_path):
 def test_the_run_summary_says_what_accuracy_means_and_gives_micro_f1(ml_run):
     m = json.loads((ml_run / "manifest.json").read_text())
     final, said = m["final"]["metrics"], cli.summary(m)
-    assert f"micro-F1 {final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}" in said
+    low, high = final["f1_micro_retained_interval"]
+    assert (f"micro-F1 {final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}, retained "
+            f"{final['f1_micro_retained']:.4f} (95% interval {low:.4f}-{high:.4f})") in said
     assert f"(always the commonest label set: {final['majority_accuracy']:.4f})" in said
 
 
@@ -247,3 +249,48 @@ def test_transfer_texts_join_a_multi_label_run_without_a_label(tmp_path):
     m = pipeline.run(recipe.load(str(tmp_path / "r.yaml"), overrides), tmp_path / "run", progress=False)
     assert m["status"] == "complete" and m["stages"][1]["metrics"]["transfer_examples"] == 4
     assert data.no_label(pipeline.context_of(tmp_path / "run", progress=False)[1].splits) == (data.UNLABELLED,) * 2
+
+
+def test_f1_budgets_gate_a_multi_label_run_and_a_single_label_run_refuses_them(ml_run, tmp_path):
+    """f1_micro_retained is the model's micro-F1 over the teacher's, inside its paired interval; gate checks f1
+    budgets of a multi-label run, and a single-label recipe that bounds one is refused before its first stage."""
+    from edgekit import gate
+
+    final = json.loads((ml_run / "manifest.json").read_text())["final"]["metrics"]
+    kept = final["f1_micro_retained"]
+    assert kept == final["f1_micro"] / final["teacher_f1_micro"]
+    low, high = final["f1_micro_retained_interval"]
+    assert low <= kept <= high
+    rows = gate.check(ml_run, [("f1_micro_retained", ">=", kept), ("f1_micro", ">", final["f1_micro"])])
+    assert [(r["ok"], r.get("interval")) for r in rows] == [(True, [low, high]), (False, None)]
+    single = testing.make_csv(tmp_path / "s.csv")
+    (tmp_path / "s.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(tmp_path / "m"), single,
+                                                         stages=("export", "evaluate")))
+    bounded = recipe.load(str(tmp_path / "s.yaml"), ["budgets.f1_micro_retained=>= 0.9"])
+    for check in (lambda: pipeline.check_inputs(bounded), lambda: pipeline.run(bounded, tmp_path / "r")):
+        with pytest.raises(UsageError, match="budget f1_micro_retained: only a multi-label run measures it"):
+            check()
+    assert not (tmp_path / "r").exists()
+    finished = pipeline.run(recipe.load(str(tmp_path / "s.yaml")), tmp_path / "r", progress=False)
+    assert "f1_micro" not in finished["final"]["metrics"]
+    with pytest.raises(EdgekitError, match="did not measure f1_micro: only a multi-label run's evaluate does"):
+        gate.check(tmp_path / "r", [("f1_micro", ">=", 0.5)])
+
+
+def test_the_f1_interval_resamples_sentences_for_both_models_at_once():
+    """Each draw pools the label decisions of the sentences drawn, for model and teacher alike: the same decisions
+    keep all of it, and the interval is the percentiles of the ratios drawn (seeded, as kept_interval's)."""
+    rng = np.random.default_rng(3)
+    gold = [tuple(int(v) for v in rng.random(3) < 0.4) for _ in range(300)]
+    teacher = [tuple(g if rng.random() < 0.9 else 1 - g for g in y) for y in gold]
+    mine = [tuple(t if rng.random() < 0.9 else 1 - t for t in y) for y in teacher]
+    examples = [("text", y) for y in gold]
+    assert evaluate.f1_kept_interval(teacher, teacher, examples) == [1.0, 1.0]
+    index = np.random.default_rng(0).integers(0, 300, (2000, 300))
+
+    def f1(said, rows):
+        return evaluate.f1_micro([said[i] for i in rows], [examples[i] for i in rows])
+
+    ratios = [f1(mine, rows) / f1(teacher, rows) for rows in index]
+    assert evaluate.f1_kept_interval(mine, teacher, examples) == [round(float(q), 4)
+                                                                  for q in np.percentile(ratios, [2.5, 97.5])]
