@@ -239,6 +239,8 @@ def build_parser():
     cp.add_argument("--label-column", default="label", help="--data file's label column (default label)")
     cp.add_argument("--label-separator", default="", metavar="SEP",
                     help="multi-label data: --data CSV/TSV cells hold labels cut at SEP")
+    cp.add_argument("--label-columns", default="", metavar="A,B,...",
+                    help="multi-label data: a 0/1 column per label (Jigsaw's toxic,severe_toxic,...)")
     cp.add_argument("--threads", type=positive, default=1, help="ONNX Runtime threads (default 1)")
     cp.add_argument("--seq-len", type=int, default=128, help="tokens for latency; accuracy inputs are cut there too")
     cp.add_argument("--out", default="artifacts/compare", help="folder for compare.md/.csv/.png "
@@ -282,6 +284,8 @@ def build_parser():
     pr.add_argument("--text-pair-column", metavar="NAME", help="a model of text pairs: --data file's second text")
     pr.add_argument("--label-separator", metavar="SEP", help="a multi-label model: --data CSV/TSV cells hold labels "
                                                              "cut at SEP (a JSONL file gives lists)")
+    pr.add_argument("--label-columns", metavar="A,B,...", help="a multi-label model: --data has a 0/1 column per "
+                                                                "label (Jigsaw's toxic,severe_toxic,...)")
     pr.add_argument("--max-length", metavar="N", type=positive, help="tokens per text (default: the model's)")
     pr.add_argument("--threads", metavar="N", type=positive, help="runtime threads (default: the runtime's)")
     pr.add_argument("--out", metavar="FILE", help="write every prediction, with its row and each class's "
@@ -492,7 +496,7 @@ def cmd_compare(args) -> int:
     specs = list(args.models) + (list(compare.FAMILIES) if args.families else [])
     rows = compare.run(specs, Path(args.out), args.data, args.threads, args.seq_len, progress=not args.quiet,
                        text_column=args.text_column, label_column=args.label_column,
-                       label_separator=args.label_separator)
+                       label_separator=args.label_separator, label_columns=args.label_columns)
     print(aligned(compare.markdown(rows)), end="")
     print(f"written: {Path(args.out) / 'compare.md'}, {', '.join(compare.OUTPUTS[1:])}")
     return 0

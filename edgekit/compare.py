@@ -172,7 +172,7 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
 @families.quiet_transformers()
 def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_len: int = 128,
         progress: bool = True, text_column: str = "text", label_column: str = "label",
-        label_separator: str = "") -> list:
+        label_separator: str = "", label_columns: str = "") -> list:
     if not specs:
         raise UsageError("compare needs models: asset names, folders, config.json files, or --families")
     if not 2 <= seq_len <= 512:
@@ -183,7 +183,7 @@ def run(specs: list, out: Path, data_source: str = None, threads: int = 1, seq_l
 
         try:  # the whole test split, as the evaluate stage scores it
             data = datasets.load(data_source, text_column=text_column, label_column=label_column,
-                                 label_separator=label_separator)
+                                 label_separator=label_separator, label_columns=label_columns)
         except UsageError as e:  # its advice names the recipe's settings: here they are flags
             raise UsageError(datasets.as_flags(str(e))) from None
     for spec in specs:  # a typo in the last model stops the command before the first is measured

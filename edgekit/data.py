@@ -51,16 +51,17 @@ LIMITS = {"max_train": "[0, inf)", "max_eval": "[0, inf)"}  # 0: every row (edge
 
 
 def load(source: str, text_column: str = "text", label_column: str = "label", split_column: str = "",
-         text_pair_column: str = "", label_separator: str = "", max_train: int = 0, max_eval: int = 0,
-         seed: int = 0) -> Splits:
+         text_pair_column: str = "", label_separator: str = "", label_columns: str | list = "", max_train: int = 0,
+         max_eval: int = 0, seed: int = 0) -> Splits:
     """Load a named dataset or a local CSV/TSV/JSONL file and split it deterministically. With `text_pair_column`
     (a local file's second text: NLI's hypothesis, a paraphrase, an answer) each example's text is the pair
     (text, text_pair), which the tokenizer joins as the model was trained (BERT: [CLS] a [SEP] b [SEP]).
 
     Multi-label data (toxicity tags, emotions, topics: each text has any number of labels, none too): a JSONL file
     whose label is a list (["insult", "threat"], []), or a CSV/TSV file read with `label_separator` ("|": a cell
-    `insult|threat`; an empty cell is a text with no label). Each example's label is then a tuple of 0/1, one per
-    label name."""
+    `insult|threat`; an empty cell is a text with no label), or a file with a 0/1 column per label named by
+    `label_columns` (Jigsaw's toxic,severe_toxic,obscene,...: each column is a label, 1 where the text has it). Each
+    example's label is then a tuple of 0/1, one per label name."""
     skipped = None
     if problem := pair_problem(source, text_pair_column):
         raise UsageError(problem)
@@ -73,7 +74,7 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     else:
         check_source(source)
         rows, read = _read_file(Path(source).expanduser(), text_column, label_column, split_column, text_pair_column,
-                                label_separator=label_separator)
+                                label_separator=label_separator, label_columns=label_columns)
         skipped = read - len(rows)
     multi = any(isinstance(label, tuple) for _, label, _ in rows)
     if multi:  # a plain string among a JSONL file's lists is a set of one label
@@ -96,6 +97,10 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     if not by_split["train"]:
         raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
     names = sorted({n for _, label in by_split["train"] for n in tags(label)}, key=_label_order)
+    if unmarked := [c for c in columns_of(label_columns) if c not in names]:
+        raise EdgekitError(f"dataset {source} label column {unmarked[0]!r} marks no training row (no 1 in it"
+                           f"{' on a train row' if split_column else ''}); drop it from data.label_columns, or give "
+                           f"rows that have that label")
     counts = Counter(n for _, label, _ in rows for n in tags(label))
     if len(counts) > 100 and sum(c == 1 for c in counts.values()) > len(rows) / 2:  # ids or texts, not classes
         raise UsageError(f"dataset {source} label column {label_column!r} holds {len(counts)} different values in "
@@ -397,20 +402,32 @@ def check_source(source: str) -> None:
 
 
 def _read_file(path: Path, text_column: str, label_column: str, split_column: str, pair_column: str = "",
-               label_required: bool = True, optional=(), label_separator: str = "") -> tuple:
+               label_required: bool = True, optional=(), label_separator: str = "", label_columns: str | list = "") \
+        -> tuple:
     """[(text, label, split)] and the number of rows read; rows with an empty text or label are left out. With
     `pair_column` each text is the pair (text, text_pair), a row with either empty left out. Without
     `label_required` (texts to predict), a row without a label is kept with label None, and its third item is its
     number among the file's rows (1: the first after the header) in place of a split. Columns in `optional` may
     be missing. A multi-label row's label is a tuple of names, sorted, none twice: a JSONL list, or a cell cut at
-    `label_separator` (an empty cell: no label, the empty tuple)."""
+    `label_separator` (an empty cell: no label, the empty tuple), or the names of the `label_columns` that hold 1
+    (a row with any of them empty or -1, Jigsaw's mark of a text not scored, has no label)."""
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order
             text = f.read()  # mark; a quoted field's \r\n stays (read_text made it \n, device_bench kept it)
     except UnicodeDecodeError:
         raise EdgekitError(f"dataset {path} is not UTF-8 text; convert it to UTF-8")
+    flags = columns_of(label_columns)
+    if flags and label_separator:
+        raise UsageError("data.label_columns and data.label_separator both give multi-label labels; give one: "
+                         "label_columns for a 0/1 column per label, label_separator for one cell of label names")
+    if len(flags) == 1:
+        raise UsageError(f"data.label_columns names one column ({flags[0]}); a single 0/1 column is a two-class "
+                         f"task: set data.label_column to it instead, or name two or more columns")
+    if flags:  # they are the labels: label_column is not read
+        label_column = ""
     settings = [(s, c) for s, c in (("text_column", text_column), ("label_column", label_column),
                                     ("split_column", split_column), ("text_pair_column", pair_column)) if c]
+    settings += [("label_columns", c) for c in flags]
     used = {c: s for s, c in settings}  # column -> the data setting that names it
     names = [c for _, c in settings]
     if twice := [(s, c) for s, c in settings if names.count(c) > 1]:
@@ -450,7 +467,7 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         raise EdgekitError(f"dataset {path} is empty; it needs a header and {'labelled ' * label_required}rows")
     rows = []
     for number, r in enumerate(records, 1):
-        text, label = r.get(text_column), r.get(label_column)
+        text, label = r.get(text_column), flagged(r, flags, path, number) if flags else r.get(label_column)
         second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
         if label_separator and isinstance(label, str):
@@ -480,8 +497,34 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
     return rows, len(records)
 
 
+def columns_of(label_columns) -> list:
+    """data.label_columns as a list of column names: a YAML list, or one string cut at commas."""
+    names = label_columns.split(",") if isinstance(label_columns, str) else [str(c) for c in label_columns or ()]
+    return [n.strip() for n in names if n.strip()]
+
+
+FLAGS = {"1": 1, "1.0": 1, "true": 1, "yes": 1, "0": 0, "0.0": 0, "false": 0, "no": 0}
+
+
+def flagged(record: dict, columns: list, path: Path, number: int):
+    """The label names of a row whose label columns hold 0 or 1: a list (a multi-label row), or None where a column
+    is empty or -1 (Jigsaw marks a text not scored so): no label."""
+    names = []
+    for column in columns:
+        value = record.get(column)
+        cell = json.dumps(value) if isinstance(value, bool) else str(value if value is not None else "").strip()
+        if cell.lower() in ("", "-1", "-1.0", "nan"):
+            return None
+        if cell.lower() not in FLAGS:
+            raise EdgekitError(f"{path} row {number} (after the header): label column {column!r} holds {cell[:40]!r}; "
+                               f"a label column holds 0 or 1 (true or false); threshold a score first")
+        if FLAGS[cell.lower()]:
+            names.append(column)
+    return names
+
+
 def read_texts(path, text_column: str = "text", label_column: str = "label", pair_column: str = "",
-               label_column_needed: bool = False, label_separator: str = "") -> tuple:
+               label_column_needed: bool = False, label_separator: str = "", label_columns: str = "") -> tuple:
     """([(text, label, row number)], rows read) of a local CSV, TSV or JSONL file read as compress reads it: every
     row with a text, in file order; label None where the row (or the file, unless `label_column_needed`) has no
     label, a tuple of names for multi-label rows. Texts are pairs with `pair_column`."""
@@ -492,13 +535,14 @@ def read_texts(path, text_column: str = "text", label_column: str = "label", pai
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
         raise UsageError(f"{path} is not a .csv, .tsv or .jsonl file; give one with a '{text_column}' column")
     return _read_file(path, text_column, label_column, "", pair_column, label_required=False,
-                      optional=() if label_column_needed else (label_column,), label_separator=label_separator)
+                      optional=() if label_column_needed else (label_column,), label_separator=label_separator,
+                      label_columns=label_columns)
 
 
 def as_flags(message: str) -> str:
     """A data error's advice for a command that takes the columns as flags: data.text_column is --text-column (and
     the label and pair columns likewise)."""
-    for setting in ("text_column", "label_column", "text_pair_column", "label_separator"):
+    for setting in ("text_column", "label_column", "text_pair_column", "label_separator", "label_columns"):
         message = message.replace(f"data.{setting}", "--" + setting.replace("_", "-"))
     return message
 
@@ -529,7 +573,8 @@ def _check_columns(path: Path, columns: list, used: dict, optional=()) -> None:
                 raise UsageError(f"dataset {path} has no column '{col}' but has {near[0]!r}; write the header "
                                  f"as '{col}', or set data.{setting} to {near[0]!r}")
             raise UsageError(f"dataset {path} has no column '{col}'; columns: {', '.join(map(repr, columns))}; "
-                             f"set data.{setting} to one of them")
+                             + (f"set data.{setting} to one of them" if setting != "label_columns" else
+                                "name only columns that are there in data.label_columns"))
         where = [str(i) for i, c in enumerate(columns, 1) if c == col]
         if len(where) > 1:
             times = "twice" if len(where) == 2 else f"{len(where)} times"

@@ -45,14 +45,16 @@ def texts_of(args) -> tuple:
         raise UsageError("give texts as arguments or --data FILE, not both")
     if not args.data:
         for flag, value in (("--text-column", args.text_column), ("--label-column", args.label_column),
-                            ("--text-pair-column", args.text_pair_column), ("--label-separator", args.label_separator)):
+                            ("--text-pair-column", args.text_pair_column), ("--label-separator", args.label_separator),
+                            ("--label-columns", args.label_columns)):
             if value is not None:
                 raise UsageError(f"{flag} names a column of --data FILE; give the file too")
     if args.data:
         try:
             rows, read = data.read_texts(args.data, args.text_column or "text", args.label_column or "label",
                                          args.text_pair_column or "", label_column_needed=bool(args.label_column),
-                                         label_separator=args.label_separator or "")
+                                         label_separator=args.label_separator or "",
+                                         label_columns=args.label_columns or "")
         except EdgekitError as e:  # the reader speaks of recipe settings: here they are flags
             raise type(e)(data.as_flags(str(e))) from None
         if read > len(rows):

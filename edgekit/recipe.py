@@ -196,7 +196,8 @@ def ineffective(recipe: dict) -> list:
     if (source := recipe["data"]["source"]) in data.DATASETS:  # their columns are fixed
         read = _defaults(data.load)
         out += [f"data.{key} is set but does nothing for the named dataset {source}, whose columns are fixed; it "
-                f"applies to a local file" for key in ("text_column", "label_column", "split_column")
+                f"applies to a local file" for key in ("text_column", "label_column", "split_column",
+                                                        "label_separator", "label_columns")
                 if recipe["data"].get(key, read[key]) != read[key]]
     return out
 

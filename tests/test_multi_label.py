@@ -52,6 +52,75 @@ def test_csv_cells_cut_at_the_label_separator(tmp_path):
     assert not plain.multi_label and plain.labels == ["a |", "a|b", "b", "b|b"] and plain.stats["skipped"] == 40
 
 
+def jigsaw_csv(path, rows: list) -> str:
+    """A Jigsaw-style file: an id, the comment, and a 0/1 column per label."""
+    path.write_text("id,comment_text,toxic,insult,threat\n" + "".join(f"{i},comment {i},{','.join(r)}\n"
+                                                                        for i, r in enumerate(rows)))
+    return str(path)
+
+
+def test_label_columns_read_a_0_1_column_per_label(tmp_path):
+    """data.label_columns: each named column is a label, 1 (true, yes, 1.0) where the text has it; a row with one
+    of them empty or -1 (Jigsaw's mark of a text not scored) has no label and is left out."""
+    flags = [("1", "0", "1"), ("0", "0", "0"), ("true", "TRUE", "false"), ("1.0", "0.0", "0"), ("-1", "-1", "-1"),
+             ("1", "", "0")] * 20
+    f = jigsaw_csv(tmp_path / "j.csv", flags)
+    splits = data.load(f, text_column="comment_text", label_columns="toxic, insult,threat")
+    assert splits.multi_label and splits.labels == ["insult", "threat", "toxic"] and splits.stats["skipped"] == 40
+    by_text = {t: y for t, y in splits.train + splits.validation + splits.test}
+    assert [by_text.get(f"comment {i}") for i in range(6)] == [(0, 1, 1), (0, 0, 0), (1, 0, 1), (0, 0, 1), None, None]
+    assert data.load(f, text_column="comment_text", label_columns=["threat", "toxic", "insult"]) == splits
+    lines = [json.dumps({"text": f"text {i}", "rude": i % 2 == 1, "spam": i % 3 == 0}) for i in range(60)]
+    (tmp_path / "j.jsonl").write_text("\n".join(lines) + "\n")  # JSON's true and false, 0 and 1 too
+    read = data.load(str(tmp_path / "j.jsonl"), label_columns="spam,rude")
+    by_text = {t: y for t, y in read.train + read.validation + read.test}
+    assert [by_text[f"text {i}"] for i in range(4)] == [(0, 1), (1, 0), (0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("cells, settings, message", [
+    ([("1", "0", "0.7")], {"label_columns": "toxic,insult,threat"},
+     r"j.csv row 1 \(after the header\): label column 'threat' holds '0.7'; a label column holds 0 or 1"),
+    ([("1", "0", "0")], {"label_columns": "toxic,identity_hate"},
+     r"has no column 'identity_hate'; columns: 'id', 'comment_text', 'toxic', 'insult', 'threat'; name only columns"),
+    ([("1", "0", "0")], {"label_columns": "toxic"}, r"names one column \(toxic\); .* set data.label_column to it"),
+    ([("1", "0", "0")], {"label_columns": "toxic,insult", "label_separator": "|"}, r"give one: label_columns for"),
+    ([("1", "0", "0"), ("0", "1", "0")], {"label_columns": "toxic,insult,threat"},
+     r"label column 'threat' marks no training row \(no 1 in it\); drop it from data.label_columns"),
+])
+def test_label_columns_refuse_what_they_cannot_read_in_one_line(tmp_path, cells, settings, message):
+    f = jigsaw_csv(tmp_path / "j.csv", cells * 30)
+    with pytest.raises(EdgekitError, match=message):
+        data.load(f, text_column="comment_text", **settings)
+
+
+def test_label_columns_from_a_recipe_and_predict_score_a_jigsaw_file(ml_run, tmp_path, capsys):
+    """The setting as a recipe gives it (a list, or text cut at commas), and predict --label-columns reading the
+    gold label sets of such a file as the JSONL lists they came from."""
+    given = [json.loads(line) for line in (ml_run.parent / "d.jsonl").read_text().splitlines()]
+    path = tmp_path / "j.csv"
+    path.write_text("text,neg,pos\n" + "".join(f"{r['text']},{int('neg' in r['label'])},{int('pos' in r['label'])}\n"
+                                                for r in given))
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(tmp_path / "m"), path,
+                                                         stages=("finetune", "evaluate")))
+    for form in ("data.label_columns=neg,pos", "data.label_columns=[pos, neg]"):
+        splits, lists = pipeline.check_inputs(recipe.load(str(tmp_path / "r.yaml"), [form])), \
+            data.load(str(ml_run.parent / "d.jsonl"))
+        assert (splits.train, splits.test, splits.labels) == (lists.train, lists.test, lists.labels)
+    assert cli.main(["predict", str(ml_run), "--data", str(path), "--label-columns", "neg,pos", "--out",
+                     str(tmp_path / "p.jsonl")]) == 0
+    assert [json.loads(line)["gold"] for line in (tmp_path / "p.jsonl").read_text().splitlines()] == \
+        [r["label"] for r in given]
+    assert "labelled texts)" in capsys.readouterr().out
+    from edgekit import compare
+
+    teacher = str(ml_run / "01-finetune" / "model")
+    assert cli.main(["compare", teacher, "--data", str(path), "--label-columns", "neg,pos", "--seq-len", "32",
+                     "--out", str(tmp_path / "c"), "--quiet"]) == 0
+    read = json.loads((tmp_path / "c" / "compare.json").read_text())
+    lists = compare.run([teacher], tmp_path / "l", str(ml_run.parent / "d.jsonl"), seq_len=32, progress=False)
+    assert read[0]["accuracy"] == lists[0]["accuracy"]
+
+
 def test_a_label_only_outside_training_moves_a_row_into_it_and_max_train_keeps_every_label(tmp_path):
     rows = [json.dumps({"text": f"text {i}", "label": ["x"] if i % 2 else []}) for i in range(200)]
     rows.append(json.dumps({"text": "the rare one", "label": ["x", "rare"]}))
