@@ -634,7 +634,8 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
     if legacy or name not in TRAINING:
         data_print = splits.fingerprint()
     else:
-        data_print = splits.fingerprint(evaluation=bool(settings.get("transfer")))
+        data_print = splits.fingerprint(evaluation=bool(settings.get("transfer")) or splits.multi_label)  # a
+        # multi-label model's thresholds are tuned on the validation split (evaluate.tune_folder)
         settings = {k: v for k, v in settings.items() if k not in RESUME_ONLY}
     if not legacy:
         settings = canonical(settings)
@@ -643,7 +644,8 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
                                      + ([recipe["targets"]] if name in ("export", "quantize") else [])
                                      + ([local] if not legacy and (local := local_prints(settings)) else [])
                                      + ([this_machine()] if name == "bench" else [])
-                                     + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else []),
+                                     + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else [])
+                                     + (["tuned thresholds"] if splits.multi_label and not legacy else []),
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -86,12 +86,19 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
 
 
-def decided(logits: np.ndarray, multi_label: bool) -> list:
+def decided(logits: np.ndarray, multi_label: bool, thresholds=None) -> list:
     """Per row of logits, what the model says: a class id (the largest logit), or for a multi-label model a tuple of
-    0/1, 1 for each label whose probability (sigmoid) is over 0.5 (its logit over 0)."""
+    0/1, 1 for each label whose probability (sigmoid) is over its threshold (`thresholds`, one per label, the
+    model's own: model.json's or its config's edgekit_thresholds; without them 0.5, a logit over 0)."""
     if multi_label:
-        return [tuple(int(v > 0) for v in row) for row in np.asarray(logits)]
+        cut = [0.0] * np.shape(logits)[-1] if thresholds is None else [logit(t) for t in thresholds]
+        return [tuple(int(v > c) for v, c in zip(row, cut)) for row in np.asarray(logits)]
     return [int(i) for i in np.asarray(logits).argmax(-1)]
+
+
+def logit(p: float) -> float:
+    """The logit whose sigmoid is the probability p (0.5: 0.0 exactly)."""
+    return 0.0 if p == 0.5 else float(np.log(p / (1.0 - p)))
 
 
 class Reloads:
@@ -182,6 +189,7 @@ class HFModel(Reloads):
             families.derive_segments(self.model, self.separator)
         self.labels = families.label_names(self.model.config)
         self.multi_label = families.is_multi_label(self.model.config)
+        self.thresholds = getattr(self.model.config, "edgekit_thresholds", None) if self.multi_label else None
         if recipe := run_recipe(Path(path)):  # a stage's model takes what its run was trained on, as the exports do;
             data = recipe.get("data")  # any other folder takes single texts and pairs
             self.meta = {"text_pair": isinstance(data, dict) and bool(data.get("text_pair_column"))}
@@ -248,6 +256,9 @@ def read_sidecar(model_file: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise EdgekitError(f"{sidecar} is not valid JSON ({getattr(e, 'msg', e)}); re-export the model") from None
     schemas.validate(meta, schemas.MODEL_JSON, str(sidecar))
+    if "thresholds" in meta and len(meta["thresholds"]) != len(meta["labels"]):
+        raise EdgekitError(f"{sidecar} gives {len(meta['thresholds'])} thresholds for {len(meta['labels'])} labels; "
+                           f"give one per label, or re-export the model")
     if not (model_file.parent / meta["tokenizer"]).is_file():
         raise EdgekitError(f"{sidecar} names tokenizer {meta['tokenizer']}, which is not beside it; re-export the model")
     return meta
@@ -273,6 +284,7 @@ class SidecarTokenizer:
         self.meta = read_sidecar(path)
         self.labels = self.meta["labels"]
         self.multi_label = bool(self.meta.get("multi_label"))  # a sigmoid per label, any number of them true
+        self.thresholds = self.meta.get("thresholds") if self.multi_label else None  # each label's, tuned
         self.longest = self.meta["max_length"]  # the file takes no more
         self.max_length = min(max_length or self.longest, self.longest)  # load(max_length=): every call's default
         self.lock = threading.Lock()  # truncation is the shared tokenizer's state: set and used under one lock
@@ -370,7 +382,8 @@ CHUNK = 64  # texts per runtime call: one call of 1,000 texts took 3.1 GB more (
 def predict(model, texts, max_length=None) -> dict:
     """texts (a list of strings, or one string; for a model of text pairs, a list of (text, text_pair)) ->
     {labels, probs}, the same for every format. A multi-label model gives each text a list of labels (those over
-    0.5, maybe none) and each label's own probability (a sigmoid: a row need not sum to 1)."""
+    its threshold, maybe none: runtime.decided) and each label's own probability (a sigmoid: a row need not sum
+    to 1)."""
     max_length = 0 if max_length is None else whole_number("max_length", max_length, MIN_LENGTH)
     texts = as_texts(texts)
     if not texts:
@@ -386,7 +399,7 @@ def predict(model, texts, max_length=None) -> dict:
     scale = sigmoid if multi else softmax
     logits = np.concatenate([model.logits(model.encode(texts[s:s + CHUNK], max_length))
                              for s in range(0, len(texts), CHUNK)])  # memory follows a chunk, not the whole list
-    said = decided(logits, multi)
+    said = decided(logits, multi, getattr(model, "thresholds", None))
     return {"labels": [[model.labels[i] for i, v in enumerate(y) if v] for y in said] if multi else
             [model.labels[i] for i in said], "probs": scale(logits)}
 
@@ -400,7 +413,7 @@ class TorchScriptModel(Reloads):
         self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
-        self.multi_label = self.sidecar.multi_label
+        self.multi_label, self.thresholds = self.sidecar.multi_label, self.sidecar.thresholds
         if threads:
             torch.set_num_threads(threads)
         with native.hidden_output():  # an INT8 file's load warns once that quantized tensors are deprecated
@@ -448,7 +461,7 @@ class OnnxModel(Reloads):
         self.remember(path, threads, max_length)
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
-        self.multi_label = self.sidecar.multi_label
+        self.multi_label, self.thresholds = self.sidecar.multi_label, self.sidecar.thresholds
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -489,7 +502,7 @@ class TFLiteModel(Reloads):
         self.path, self.sidecar = Path(path), SidecarTokenizer(path, max_length)
         self.lock = threading.Lock()  # a LiteRT interpreter runs one invocation at a time: calls from threads wait
         self.meta, self.labels, self.encode = self.sidecar.meta, self.sidecar.labels, self.sidecar.encode
-        self.multi_label = self.sidecar.multi_label
+        self.multi_label, self.thresholds = self.sidecar.multi_label, self.sidecar.thresholds
         self.buckets = sorted(self.meta.get("buckets") or [self.meta["max_length"]])
         self.names = [i["name"] for i in self.meta["inputs"]]
         try:  # the interpreter checks the flatbuffer before anything runs; the first invoke prints XNNPACK's

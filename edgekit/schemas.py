@@ -22,6 +22,8 @@ MODEL_JSON = {
         "quantization": {"type": ["object", "null"]},
         "text_pair": {"type": "boolean"},  # each input is a text pair (text, text_pair)
         "multi_label": {"type": "boolean"},  # a sigmoid per label: each label whose logit is over 0 applies
+        "thresholds": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}},
+        # a multi-label model's probability cut per label (tuned on the validation split): over it, the label applies
     },
 }
 

@@ -363,3 +363,76 @@ def test_the_f1_interval_resamples_sentences_for_both_models_at_once():
     ratios = [f1(mine, rows) / f1(teacher, rows) for rows in index]
     assert evaluate.f1_kept_interval(mine, teacher, examples) == [round(float(q), 4)
                                                                   for q in np.percentile(ratios, [2.5, 97.5])]
+
+
+def test_tuned_thresholds_take_each_labels_best_f1_nearest_one_half():
+    """A label whose examples all sit under 0.5 but over the rest gets the grid's cut between them nearest 0.5; a
+    label no example has keeps 0.5; decisions are over each label's own threshold."""
+    logits = np.array([[-0.5, -3.0, 1.0], [-0.5, -3.0, 1.0], [-2.0, -3.0, -1.0], [-2.0, 2.0, -1.0]])
+    examples = [("a", (1, 0, 1)), ("b", (1, 0, 1)), ("c", (0, 0, 0)), ("d", (0, 0, 0))]
+    cuts = evaluate.tuned_thresholds(logits, examples)
+    assert cuts == [0.35, 0.5, 0.5]  # sigmoid(-0.5) = 0.378 over 0.35, sigmoid(-2) = 0.119 under it
+    assert runtime.decided(logits, True, cuts) == [(1, 0, 1), (1, 0, 1), (0, 0, 0), (0, 1, 0)]  # label 1 at 0.5
+    assert runtime.decided(logits, True) == runtime.decided(logits, True, [0.5] * 3) == \
+        [(0, 0, 1), (0, 0, 1), (0, 0, 0), (0, 1, 0)] and runtime.logit(0.5) == 0.0
+
+
+def test_thresholds_are_tuned_on_validation_and_every_runtime_decides_by_them(ml_run):
+    """Each trained folder's config.json carries its thresholds (tuned on the validation split with its own
+    logits), the exported files' model.json carries the last folder's, and edgekit.load and evaluate decide by
+    them."""
+    ctx = pipeline.context_of(ml_run, progress=False)[1]
+    val = ctx.splits.validation
+    for stage in ("01-finetune", "02-distill", "03-prune"):
+        folder = ml_run / stage / "model"
+        logits = evaluate.logits_of(runtime.HFModel(folder, max_length=ctx.max_length), val, 64, False, "")
+        assert json.loads((folder / "config.json").read_text())["edgekit_thresholds"] == \
+            evaluate.tuned_thresholds(logits, val)
+    cuts = json.loads((ml_run / "03-prune" / "model" / "config.json").read_text())["edgekit_thresholds"]
+    assert cuts != [0.5, 0.5]  # the tiny model's "pos" sigmoid hovers near 0.5: its cut moved
+    m = json.loads((ml_run / "manifest.json").read_text())
+    final = ml_run / m["final"]["path"]
+    assert json.loads((final.parent / "model.json").read_text())["thresholds"] == cuts
+    assert json.loads((ml_run / "04-export" / "model.json").read_text())["thresholds"] == cuts
+    model = runtime.load(final)
+    texts = [t for t, _ in ctx.splits.test]
+    out = edgekit.load(final)(texts)
+    assert out["labels"] == [[n for n, p, c in zip(["neg", "pos"], row, cuts) if p > c] for row in out["probs"]]
+    said = evaluate.predictions(model, ctx.splits.test, 1, False, "")
+    assert said == runtime.decided(evaluate.logits_of(model, ctx.splits.test, 1, False, ""), True, cuts)
+    assert said != runtime.decided(evaluate.logits_of(model, ctx.splits.test, 1, False, ""), True)  # 0.5 differs
+
+
+def test_a_teacher_without_thresholds_is_tuned_alike_by_export_and_evaluate(ml_run, tmp_path):
+    """A multi-label teacher edgekit did not train (no edgekit_thresholds): export tunes the file's thresholds on
+    the validation split as evaluate tunes the teacher's, so the teacher exported keeps all of its accuracy."""
+    teacher = tmp_path / "teacher"
+    shutil.copytree(ml_run / "01-finetune" / "model", teacher)
+    config = json.loads((teacher / "config.json").read_text())
+    cuts = config.pop("edgekit_thresholds")
+    (teacher / "config.json").write_text(json.dumps(config))
+    (tmp_path / "c.yaml").write_text(testing.tiny_recipe(teacher, ml_run.parent / "d.jsonl",
+                                                         stages=("export", "evaluate")))
+    m = pipeline.run(recipe.load(str(tmp_path / "c.yaml")), tmp_path / "c", progress=False)
+    assert json.loads((tmp_path / "c" / "01-export" / "model.json").read_text())["thresholds"] == cuts
+    assert "edgekit_thresholds" not in json.loads((teacher / "config.json").read_text())  # the user's files as given
+    final = m["final"]["metrics"]
+    assert final["accuracy_retained"] == 1.0 and final["label_agreement"] == 1.0
+    said = evaluate.predictions(runtime.load(teacher), pipeline.context_of(tmp_path / "c", False)[1].splits.test, 64,
+                                False, "")
+    assert final["teacher_accuracy"] != sum(p == y for p, (_, y) in zip(
+        said, pipeline.context_of(tmp_path / "c", False)[1].splits.test)) / len(said)  # its own 0.5 scores otherwise
+
+
+def test_thresholds_that_do_not_fit_the_labels_are_refused(ml_run, tmp_path):
+    m = json.loads((ml_run / "manifest.json").read_text())
+    folder = tmp_path / "f"
+    shutil.copytree((ml_run / m["final"]["path"]).parent, folder)
+    meta = json.loads((folder / "model.json").read_text())
+    model = folder / Path(m["final"]["path"]).name
+    for bad, line in (([0.5], "gives 1 thresholds for 2 labels"), ([0.5, 1.0], "is invalid at thresholds/1")):
+        (folder / "model.json").write_text(json.dumps(dict(meta, thresholds=bad)))
+        with pytest.raises(EdgekitError, match=line):
+            runtime.load(model)
+        with pytest.raises(runner.BenchError, match=r"thresholds .* are not one probability in \(0, 1\) per label"):
+            runner.read_sidecar(model)

@@ -19,6 +19,7 @@ import faulthandler
 import hashlib
 import io
 import json
+import math
 import mmap
 import os
 import platform
@@ -58,6 +59,11 @@ def read_sidecar(model: Path, meta_path: Path = None) -> dict:
     if not (model.parent / meta["tokenizer"]).is_file() or "/" in meta["tokenizer"]:
         raise BenchError(f"{meta_path.name} names tokenizer {meta['tokenizer']!r}, which is not beside {model.name}; "
                          f"copy it too")
+    cuts = meta.get("thresholds")
+    if cuts is not None and not (isinstance(cuts, list) and len(cuts) == len(meta["labels"]) and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < 1 for c in cuts)):
+        raise BenchError(f"{meta_path.name} thresholds {str(cuts)[:80]} are not one probability in (0, 1) per label "
+                         f"({len(meta['labels'])}); copy the model.json exported with {model.name}")
     return meta
 
 
@@ -470,6 +476,11 @@ def option_problem(model: Path, meta: dict, args) -> str:
     return ""
 
 
+def logit(p: float) -> float:
+    """The logit whose sigmoid is the probability p: a label applies where its logit is over its threshold's."""
+    return 0.0 if p == 0.5 else math.log(p / (1.0 - p))
+
+
 def bench(model: Path, meta: dict, args) -> dict:
     if args.data:  # read and checked whole before anything is timed: a bad row is said at once
         pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
@@ -506,10 +517,12 @@ def bench(model: Path, meta: dict, args) -> dict:
         result["bucket"] = next((b for b in runner.buckets if b >= ids.shape[1]), runner.buckets[-1])
     if args.data:
         predictions, sentence_ms = [], []
+        cuts = [logit(t) for t in meta.get("thresholds") or [0.5] * len(meta["labels"])] \
+            if meta.get("multi_label") else None  # model.json's tuned thresholds, as edgekit.load decides
         for text in texts:  # one sentence at a time, tokenization included: the path a device app takes
             t = time.perf_counter()
-            out = runner.logits(*tokenizer.encode([text]))[0]  # a multi-label model: each label whose logit is over 0
-            predictions.append(tuple(int(v > 0) for v in out) if meta.get("multi_label") else int(out.argmax(-1)))
+            out = runner.logits(*tokenizer.encode([text]))[0]  # a multi-label model: each label over its threshold
+            predictions.append(tuple(int(v > c) for v, c in zip(out, cuts)) if cuts else int(out.argmax(-1)))
             sentence_ms.append((time.perf_counter() - t) * 1e3)
         result.update(accuracy=sum(p == g for p, g in zip(predictions, gold)) / len(gold),  # unrounded: budgets
                       examples=len(gold), sentence_latency_ms=percentiles(sentence_ms), predictions=predictions)

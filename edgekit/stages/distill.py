@@ -51,6 +51,7 @@ from edgekit import data, distill_losses as losses, families, training
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 from edgekit.progress import bar as progress_bar
+from edgekit.stages import evaluate
 
 INTERMEDIATE = ("cosine", "embedding", "attention", "hidden", "pkd")
 TOKEN_LEVEL = ("cosine", "embedding", "attention", "hidden")
@@ -146,6 +147,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, student: str = "teacher", lay
     rank, world = training.distributed()
     if rank == 0:
         families.save_model(model, s_tok, out_dir / "model", ctx.max_length)
+        evaluate.tune_folder(out_dir / "model", ctx)  # a multi-label model's thresholds
         for phase in ("student-finetune", "intermediate"):
             shutil.rmtree(out_dir / phase, ignore_errors=True)
     metrics = {"params": sum(p.numel() for p in model.parameters()), "train_loss": round(loss, 4),

@@ -11,7 +11,9 @@ point or two either way is what the split itself moves, and a budget bound insid
 
 A multi-label model is right on a sentence when it gives exactly the sentence's set of labels (exact-match, or
 subset, accuracy); each label's recall is over the sentences that have it, and f1_micro (every label decision of
-every sentence pooled) stands beside the teacher's."""
+every sentence pooled) stands beside the teacher's. Each label applies over the model's own threshold, tuned on the
+validation split (tuned_thresholds: tune_folder writes a trained folder's, export carries them into model.json); a
+teacher that has none is tuned here the same way."""
 import json
 import sys
 from collections import Counter
@@ -21,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from edgekit import data, runtime
-from edgekit.artifact import Artifact
+from edgekit.artifact import Artifact, write_json
 from edgekit.errors import EdgekitError
 from edgekit.progress import bar as progress_bar
 
@@ -40,8 +42,12 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    teacher_said = predictions(runtime.load(ctx.teacher.path, max_length=ctx.max_length), examples, 64, ctx.progress,
-                               "evaluate teacher")  # truncated where the student was trained and exported
+    teacher_model = runtime.load(ctx.teacher.path, max_length=ctx.max_length)  # truncated where the student was
+    if ctx.splits.multi_label and getattr(teacher_model, "thresholds", None) is None and ctx.splits.validation:  # trained and exported
+        teacher_model.thresholds = tuned_thresholds(logits_of(teacher_model, ctx.splits.validation, 64, ctx.progress,
+                                                              "tune teacher thresholds"), ctx.splits.validation)
+    teacher_said = predictions(teacher_model, examples, 64, ctx.progress, "evaluate teacher")  # (a teacher of
+    # other files decides as a student would: at thresholds tuned on the validation split)
     teacher_hits = matches(teacher_said, examples)
     teacher = sum(teacher_hits) / len(examples)  # unrounded, as every score here: a budget compares them
     counts = Counter(label for _, label in examples)
@@ -89,21 +95,61 @@ def matches(said: list, examples: list) -> list:
 
 
 def predictions(model, examples: list, batch_size: int, progress: bool, desc: str) -> list:
-    """Per example, in order: the class id the model predicts (multi-label: its 0/1 per label, runtime.decided).
-    Batches (the teacher's 64) are of sentences of about one length, so padding is not half the tokens
-    (rt-polarity's test split in file order: 2.07x the real tokens, the teacher's pass twice as long); each
-    sentence's prediction is its own either way."""
+    """Per example, in order: the class id the model predicts (multi-label: its 0/1 per label over the model's
+    thresholds, runtime.decided)."""
+    return runtime.decided(logits_of(model, examples, batch_size, progress, desc), getattr(model, "multi_label", False),
+                           getattr(model, "thresholds", None))
+
+
+def logits_of(model, examples: list, batch_size: int, progress: bool, desc: str) -> np.ndarray:
+    """The model's logits for each example, in order (examples x labels). Batches (the teacher's 64) are of
+    sentences of about one length, so padding is not half the tokens (rt-polarity's test split in file order: 2.07x
+    the real tokens, the teacher's pass twice as long); each sentence's logits are its own either way."""
     order = sorted(range(len(examples)), key=lambda i: len(str(examples[i][0]))) if batch_size > 1 else \
         range(len(examples))
-    said = [0] * len(examples)
+    out = [None] * len(examples)
     with progress_bar(total=len(examples), desc=desc, unit="ex", disable=not progress) as bar:
         for s in range(0, len(examples), batch_size):
             chunk = order[s:s + batch_size]
-            batch = model.encode([examples[i][0] for i in chunk])
-            for i, p in zip(chunk, runtime.decided(model.logits(batch), getattr(model, "multi_label", False))):
-                said[i] = p
+            for i, row in zip(chunk, model.logits(model.encode([examples[i][0] for i in chunk]))):
+                out[i] = row
             bar.update(len(chunk))
-    return said
+    return np.stack(out)
+
+
+GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))  # the thresholds tried: 0.05, 0.10, ... 0.95
+
+
+def tuned_thresholds(logits: np.ndarray, examples: list) -> list:
+    """Per label, the probability threshold (of GRID) under which the label's decisions on these examples have the
+    best F1 (ties: the one nearest 0.5); 0.5 for a label no example has. A rare label, which a compressed model's
+    sigmoid seldom takes over 0.5, keeps its recall this way."""
+    gold, logits = np.array([label for _, label in examples]) == 1, np.asarray(logits)
+    out = []
+    for k in range(gold.shape[1]):
+        def f1(t: float) -> float:
+            said = logits[:, k] > runtime.logit(t)
+            return 2 * (said & gold[:, k]).sum() / (2 * (said & gold[:, k]).sum() + (said != gold[:, k]).sum())
+
+        out.append(max(GRID, key=lambda t: (f1(t), -abs(t - 0.5))) if gold[:, k].any() else 0.5)
+    return out
+
+
+def tune_folder(folder: Path, ctx) -> list | None:
+    """A multi-label transformers folder's thresholds, tuned on the validation split (tuned_thresholds) and written
+    into its config.json as edgekit_thresholds, which edgekit.load, evaluate and every export of the folder decide
+    by. None for single-label data; without validation rows, 0.5 for every label (no thresholds a student took
+    over with its teacher's config)."""
+    if not ctx.splits.multi_label:
+        return None
+    config, cuts = json.loads((folder / "config.json").read_text()), None
+    config.pop("edgekit_thresholds", None)  # a student's config may carry its teacher's
+    if ctx.splits.validation:
+        model = runtime.HFModel(folder, max_length=ctx.max_length)
+        cuts = config["edgekit_thresholds"] = tuned_thresholds(
+            logits_of(model, ctx.splits.validation, 64, ctx.progress, "tune thresholds"), ctx.splits.validation)
+    write_json(folder / "config.json", config)
+    return cuts
 
 
 def per_class(said: list, teacher_said: list, examples: list, labels: list) -> dict:

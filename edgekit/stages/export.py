@@ -13,6 +13,7 @@ import torch
 from edgekit import families, native, runtime, targets
 from edgekit.artifact import Artifact, size_mb, through_temp, write_json
 from edgekit.errors import EdgekitError
+from edgekit.stages import evaluate
 
 EXPORTERS = ("torchscript", "dynamo")
 DYNAMO_OPSET = 18  # the lowest opset the dynamo exporter writes valid files at here
@@ -62,6 +63,10 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
     model = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     reference = runtime.HFModel(artifact.path, pairs=ctx.splits.pairs)  # compare() feeds it the file's ids
+    if ctx.splits.multi_label and reference.thresholds is None and ctx.splits.validation:  # a model edgekit did not
+        reference.thresholds = model.config.edgekit_thresholds = evaluate.tuned_thresholds(evaluate.logits_of(
+            runtime.HFModel(artifact.path, max_length=ctx.max_length), ctx.splits.validation, 64, ctx.progress,
+            "tune thresholds"), ctx.splits.validation)  # train: tuned as evaluate tunes that teacher's
     outputs = {}
     for f in formats:
         folder = out_dir if len(formats) == 1 else out_dir / f
@@ -119,7 +124,8 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
             "max_length": longest, "tokenizer": "tokenizer.json",
             "pad_id": tokenizer.pad_token_id, "inputs": inputs, "outputs": outputs,
             "source": source, **extra, **({"text_pair": True} if pairs else {}),  # TorchScript INT8 re-traces source
-            **({"multi_label": True} if families.is_multi_label(model.config) else {})}
+            **({"multi_label": True} if families.is_multi_label(model.config) else {}),
+            **({"thresholds": t} if (t := getattr(model.config, "edgekit_thresholds", None)) else {})}
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
@@ -622,5 +628,6 @@ def compare(reference, candidate, examples: list, batch_size: int = 32) -> dict:
         batch = candidate.encode(texts[s:s + batch_size])
         a, b = reference.logits(batch), candidate.logits(batch)
         diffs.append(float(np.abs(a - b).max()))
-        agree += sum(x == y for x, y in zip(decided(a, multi), decided(b, multi)))
+        agree += sum(x == y for x, y in zip(decided(a, multi, getattr(reference, "thresholds", None)),
+                                             decided(b, multi, getattr(candidate, "thresholds", None))))
     return {"max_abs_diff": round(max(diffs), 6), "label_agreement": round(agree / max(1, len(texts)), 4)}

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from edgekit import data, families, training
 from edgekit.artifact import Artifact
+from edgekit.stages import evaluate
 
 
 def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 32,
@@ -19,5 +20,6 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, epochs: float = 1.0, lr: floa
     rank, world = training.distributed()
     if rank == 0:
         families.save_model(model, tokenizer, out_dir / "model", ctx.max_length)
+        evaluate.tune_folder(out_dir / "model", ctx)  # a multi-label model's thresholds
     return Artifact(out_dir / "model", "hf", {"params": sum(p.numel() for p in model.parameters()),
                                               "train_loss": round(loss, 4), "processes": world})

@@ -22,6 +22,7 @@ from edgekit import data, families, training
 from edgekit.artifact import Artifact, through_temp
 from edgekit.errors import EdgekitError
 from edgekit.progress import bar as progress_bar
+from edgekit.stages import evaluate
 from edgekit.stages.distill import eval_texts
 
 REVISION = 4  # 2: word pieces outside the kept vocabulary read as [UNK] (they read as [PAD] for BERT configs);
@@ -86,6 +87,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         model.config.edgekit_shapes = shapes
         save(model, tokenizer, step_dir / "model", ctx.max_length)
     save(model, tokenizer, out_dir / "model", ctx.max_length)
+    evaluate.tune_folder(out_dir / "model", ctx)  # a multi-label model's thresholds
     if training.distributed()[0] == 0:
         for step in range(1, steps + 1):
             shutil.rmtree(out_dir / f"step-{step}", ignore_errors=True)
