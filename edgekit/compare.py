@@ -208,8 +208,8 @@ def markdown(rows: list) -> str:
             "RSS after load MiB", "accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
-        cells = [str(r[c]) if c == "model" else number(r.get(c), "M" if c == "params_m" else unit_of(c))
-                 for c in COLUMNS]
+        cells = [str(r[c]).replace("\\", "\\\\").replace("|", "\\|") if c == "model"  # a | would end the cell
+                 else number(r.get(c), "M" if c == "params_m" else unit_of(c)) for c in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + PLAIN + "\n"
 

@@ -37,7 +37,7 @@ def compact(path: Path) -> None:
             q = tensor.quantization
             if q is not None and q.scale is not None and len(q.scale) > 1:
                 key = (q.quantizedDimension, np.asarray(q.scale, np.float32).tobytes(),
-                       np.asarray(q.zeroPoint, np.int64).tobytes())
+                       np.asarray(q.zeroPoint if q.zeroPoint is not None else [], np.int64).tobytes())  # optional
                 tensor.quantization = shared.setdefault(key, q)
     packed, pack_quantization = {}, schema.QuantizationParametersT.Pack
 
