@@ -63,10 +63,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
     model = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     reference = runtime.HFModel(artifact.path, pairs=ctx.splits.pairs)  # compare() feeds it the file's ids
-    if ctx.splits.multi_label and reference.thresholds is None and ctx.splits.validation:  # a model edgekit did not
+    if ctx.splits.multi_label and reference.thresholds is None and ctx.splits.validation:  # a multi-label model
+        # edgekit did not train has no thresholds: tuned as evaluate tunes such a teacher's, into model.json
         reference.thresholds = model.config.edgekit_thresholds = evaluate.tuned_thresholds(evaluate.logits_of(
             runtime.HFModel(artifact.path, max_length=ctx.max_length), ctx.splits.validation, 64, ctx.progress,
-            "tune thresholds"), ctx.splits.validation)  # train: tuned as evaluate tunes that teacher's
+            "tune thresholds"), ctx.splits.validation)
     outputs = {}
     for f in formats:
         folder = out_dir if len(formats) == 1 else out_dir / f
