@@ -436,3 +436,29 @@ def test_thresholds_that_do_not_fit_the_labels_are_refused(ml_run, tmp_path):
             runtime.load(model)
         with pytest.raises(runner.BenchError, match=r"thresholds .* are not one probability in \(0, 1\) per label"):
             runner.read_sidecar(model)
+
+
+def test_the_thresholds_bench_scores_both_rules_from_the_same_logits(ml_run, tmp_path):
+    """bench/thresholds.py: at the tuned thresholds its numbers are evaluate's; at 0.5 they are the models'
+    decisions with the thresholds taken away."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    try:
+        import thresholds as bench
+    finally:
+        sys.path.pop(0)
+    bench.main([str(ml_run), "--out", str(tmp_path / "t.json")])
+    result = json.loads((tmp_path / "t.json").read_text())
+    rows = {(r["model"], r["thresholds"]): r for r in result["rows"]}
+    final = json.loads((ml_run / "manifest.json").read_text())["final"]["metrics"]
+    assert rows["final", "tuned"]["accuracy"] == final["accuracy"] and \
+        rows["final", "tuned"]["f1_micro"] == final["f1_micro"]
+    assert rows["teacher", "tuned"]["accuracy"] == final["teacher_accuracy"]
+    assert rows["final", "tuned"]["f1_micro_retained"] == final["f1_micro_retained"]
+    ctx = pipeline.context_of(ml_run, progress=False)[1]
+    model = runtime.load(ml_run / json.loads((ml_run / "manifest.json").read_text())["final"]["path"])
+    model.thresholds = None
+    plain = evaluate.predictions(model, ctx.splits.test, 1, False, "")
+    assert rows["final", "0.5"]["accuracy"] == sum(p == y for p, (_, y) in zip(plain, ctx.splits.test)) / len(plain)
+    assert rows["final", "0.5"]["per_label"]["pos"]["recall"] == \
+        sum(p[1] for p, (_, y) in zip(plain, ctx.splits.test) if y[1]) / sum(y[1] for _, y in ctx.splits.test)
+    assert "| final | tuned |" in (tmp_path / "t.md").read_text()

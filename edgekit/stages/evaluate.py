@@ -42,13 +42,7 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     if not examples:
         raise EdgekitError(f"the {split} split is empty; evaluate another split or give more data")
     out_dir.mkdir(parents=True, exist_ok=True)
-    teacher_model = runtime.load(ctx.teacher.path, max_length=ctx.max_length)  # truncated where the student was
-    # trained and exported; a multi-label teacher edgekit did not train decides as a student does, at thresholds
-    # tuned on the validation split (as export tunes the file made from it)
-    if ctx.splits.multi_label and getattr(teacher_model, "thresholds", None) is None and ctx.splits.validation:
-        teacher_model.thresholds = tuned_thresholds(logits_of(teacher_model, ctx.splits.validation, 64, ctx.progress,
-                                                              "tune teacher thresholds"), ctx.splits.validation)
-    teacher_said = predictions(teacher_model, examples, 64, ctx.progress, "evaluate teacher")
+    teacher_said = predictions(teacher_of(ctx), examples, 64, ctx.progress, "evaluate teacher")
     teacher_hits = matches(teacher_said, examples)
     teacher = sum(teacher_hits) / len(examples)  # unrounded, as every score here: a budget compares them
     counts = Counter(label for _, label in examples)
@@ -78,6 +72,17 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
     return Artifact(artifact.path, artifact.kind, {**artifact.metrics, **first}, outputs)
+
+
+def teacher_of(ctx):
+    """The run's teacher, loaded as evaluate scores it: truncated where the student was trained and exported; a
+    multi-label teacher edgekit did not train decides as a student does, at thresholds tuned on the validation
+    split (as export tunes the file made from it)."""
+    model = runtime.load(ctx.teacher.path, max_length=ctx.max_length)
+    if ctx.splits.multi_label and getattr(model, "thresholds", None) is None and ctx.splits.validation:
+        model.thresholds = tuned_thresholds(logits_of(model, ctx.splits.validation, 64, ctx.progress,
+                                                      "tune teacher thresholds"), ctx.splits.validation)
+    return model
 
 
 def accuracy(model, examples: list, batch_size: int, progress: bool, desc: str) -> float:
