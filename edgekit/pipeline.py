@@ -36,6 +36,7 @@ class Context:
     max_length: int
     progress: bool
     targets: list = field(default_factory=lambda: ["x86"])  # deployment targets (edgekit.targets)
+    thresholds: float | str = 0.5  # a multi-label model's per label: one probability for all, or "f1" (tuned)
 
 
 def resolve_model(spec: str) -> Artifact:
@@ -417,7 +418,7 @@ def follow(recipe: dict, out: Path) -> None:
 
             names = families.label_names(AutoConfig.from_pretrained(resolve_model(recipe["teacher"]).path))
             ctx = Context(in_teacher_order(data.load(seed=recipe["seed"], **recipe["data"]), names), None,
-                          recipe["seed"], recipe["max_length"], False, recipe["targets"])
+                          recipe["seed"], recipe["max_length"], False, recipe["targets"], recipe["thresholds"])
         ctx.teacher = Artifact.from_json(message["teacher"], out)
         torch.manual_seed(ctx.seed)
         stages.entry(message["run"])(Artifact.from_json(message["input"], out), out / message["dir"], ctx,
@@ -440,7 +441,8 @@ def _run(recipe: dict, out: Path, source: Artifact, splits: data.Splits, progres
     known = listed_folders(out / "manifest.json") or set()  # an earlier run's folders: listed until this run
     # replaces or removes them, so that a run stopped (or failed) half-way leaves none that the next would refuse as
     # not made here
-    ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"])
+    ctx = Context(splits, source, recipe["seed"], recipe["max_length"], progress, recipe["targets"],
+                  recipe["thresholds"])
     artifact, input_print = source, manifest["model"]["fingerprint"]
     teacher_print = input_print
     for i, name in enumerate(recipe["stages"], 1):
@@ -631,11 +633,13 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
     texts, which a transfer set leaves out) and not on its resume-only settings, so `data.max_eval` or
     `checkpoint_every` redo no training. `legacy`: the key runs made before 2026-12-06 stored (every split, every
     setting), still accepted so that those runs are not retrained once for nothing."""
+    cut = recipe.get("thresholds", 0.5) if splits.multi_label else 0.5  # a multi-label model's (evaluate.cuts_for)
+    tuned = cut == "f1"
     if legacy or name not in TRAINING:
         data_print = splits.fingerprint()
     else:
-        data_print = splits.fingerprint(evaluation=bool(settings.get("transfer")) or splits.multi_label)  # a
-        # multi-label model's thresholds are tuned on the validation split (evaluate.tune_folder)
+        data_print = splits.fingerprint(evaluation=bool(settings.get("transfer")) or tuned)  # thresholds f1: tuned
+        # on the validation split (evaluate.tune_folder)
         settings = {k: v for k, v in settings.items() if k not in RESUME_ONLY}
     if not legacy:
         settings = canonical(settings)
@@ -645,7 +649,7 @@ def stage_key(name: str, settings: dict, input_print: str, teacher_print: str, s
                                      + ([local] if not legacy and (local := local_prints(settings)) else [])
                                      + ([this_machine()] if name == "bench" else [])
                                      + ([f"revision {rev}"] if (rev := stages.revision(name)) > 1 else [])
-                                     + (["tuned thresholds"] if splits.multi_label and not legacy else []),
+                                     + ([f"thresholds {cut}"] if cut != 0.5 and not legacy else []),
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -754,7 +758,9 @@ def tell_data(splits, progress: bool, recipe: dict = None) -> None:
     """What was read (with progress) and what looks wrong in it, and settings that change nothing (always), on
     stderr."""
     log(data.describe(splits), progress)
-    for warning in data.warnings(splits) + (recipes.ineffective(recipe) if recipe else []):
+    single = ["thresholds is set but does nothing: the data gives one label per text, and a single-label model takes "
+              "its largest logit"] if recipe and not splits.multi_label and recipe.get("thresholds", 0.5) != 0.5 else []
+    for warning in data.warnings(splits) + (recipes.ineffective(recipe) if recipe else []) + single:
         print(f"edgekit: warning: {warning}", file=sys.stderr, flush=True)
 
 
@@ -874,7 +880,8 @@ def context_of(run: Path, progress: bool = True) -> tuple:
     splits = in_teacher_order(splits, manifest["data"].get("labels") or splits.labels)  # the order the run took
     teacher = next((Artifact.from_json(s["output"], run) for s in manifest["stages"] if s["name"] == "finetune"),
                    Artifact(Path(manifest["model"]["path"]), "hf"))
-    return manifest, Context(splits, teacher, recipe["seed"], recipe["max_length"], progress)
+    return manifest, Context(splits, teacher, recipe["seed"], recipe["max_length"], progress,
+                             thresholds=recipe.get("thresholds", 0.5))  # a run made before the setting: 0.5
 
 
 def compress(recipe: str = "distilbert-int8", teacher: str = None, data: str = None, out=None,

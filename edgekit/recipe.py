@@ -16,8 +16,8 @@ from edgekit import data, stages, targets
 from edgekit.errors import EdgekitError, UsageError
 
 RECIPES = Path(__file__).parent / "recipes"
-TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "targets", "stages", "budgets",
-            "devices") + stages.NAMES  # devices: where `edgekit bench` runs a finished run (edgekit.devices)
+TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "thresholds", "targets", "stages",
+            "budgets", "devices") + stages.NAMES  # devices: where `edgekit bench` runs a finished run (edgekit.devices)
 DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "seed")
 METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "class_recall_retained", "f1_micro",
            "f1_micro_retained", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "peak_rss_mb", "max_abs_diff",
@@ -144,6 +144,10 @@ def validate(recipe: dict) -> dict:
     for key, lo, hi in (("seed", 0, 2**31), ("max_length", 8, 512)):
         if not _is(recipe[key], int) or not lo <= recipe[key] <= hi:
             errors.append(f"{key} must be an integer in [{lo}, {hi}], got {recipe[key]!r}")
+    cut = recipe.setdefault("thresholds", 0.5)  # a multi-label model's decision per label (evaluate.cuts_for)
+    if cut != "f1" and not (_is(cut, float) and 0 < cut < 1):
+        errors.append(f"thresholds must be a probability in (0, 1), one for every label of a multi-label model (0.5, "
+                      f"the default), or f1 (each label's tuned on the validation split for its best F1), got {cut!r}")
     try:
         recipe["targets"] = targets.check(recipe.setdefault("targets", ["x86"]))
     except EdgekitError as e:

@@ -173,12 +173,13 @@ def test_multi_label_losses():
 
 @pytest.fixture(scope="module")
 def ml_run(tmp_path_factory):
-    """A finished multi-label run of every stage on the tiny model and multi-label data."""
+    """A finished multi-label run of every stage on the tiny model and multi-label data, its thresholds tuned (f1)."""
     root = tmp_path_factory.mktemp("multi")
     jsonl = testing.make_multi_label_jsonl(root / "d.jsonl")
     (root / "r.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(root / "m"), jsonl, stages=(
         "finetune", "distill", "prune", "export", "quantize", "evaluate")))
-    pipeline.run(recipe.load(str(root / "r.yaml"), ["finetune.epochs=8"]), root / "run", progress=False)
+    pipeline.run(recipe.load(str(root / "r.yaml"), ["finetune.epochs=8", "thresholds=f1"]), root / "run",
+                 progress=False)
     return root / "run"
 
 
@@ -403,25 +404,38 @@ def test_thresholds_are_tuned_on_validation_and_every_runtime_decides_by_them(ml
     assert said != runtime.decided(evaluate.logits_of(model, ctx.splits.test, 1, False, ""), True)  # 0.5 differs
 
 
-def test_a_teacher_without_thresholds_is_tuned_alike_by_export_and_evaluate(ml_run, tmp_path):
-    """A multi-label teacher edgekit did not train (no edgekit_thresholds): export tunes the file's thresholds on
-    the validation split as evaluate tunes the teacher's, so the teacher exported keeps all of its accuracy."""
+def test_the_thresholds_setting_reaches_the_files_and_the_teacher_alike(ml_run, tmp_path, capsys):
+    """The recipe's thresholds for a teacher exported as it is: 0.5 (the default) writes none, a probability is
+    every label's, f1 tunes each label's on the validation split; the teacher decides at the same ones in
+    evaluate, whatever another run left in its config, so the teacher exported keeps all of its accuracy."""
     teacher = tmp_path / "teacher"
     shutil.copytree(ml_run / "01-finetune" / "model", teacher)
-    config = json.loads((teacher / "config.json").read_text())
-    cuts = config.pop("edgekit_thresholds")
-    (teacher / "config.json").write_text(json.dumps(config))
+    tuned = json.loads((teacher / "config.json").read_text())["edgekit_thresholds"]  # ml_run's, tuned (f1)
     (tmp_path / "c.yaml").write_text(testing.tiny_recipe(teacher, ml_run.parent / "d.jsonl",
                                                          stages=("export", "evaluate")))
-    m = pipeline.run(recipe.load(str(tmp_path / "c.yaml")), tmp_path / "c", progress=False)
-    assert json.loads((tmp_path / "c" / "01-export" / "model.json").read_text())["thresholds"] == cuts
-    assert "edgekit_thresholds" not in json.loads((teacher / "config.json").read_text())  # the user's files as given
-    final = m["final"]["metrics"]
-    assert final["accuracy_retained"] == 1.0 and final["label_agreement"] == 1.0
-    said = evaluate.predictions(runtime.load(teacher), pipeline.context_of(tmp_path / "c", False)[1].splits.test, 64,
-                                False, "")
-    assert final["teacher_accuracy"] != sum(p == y for p, (_, y) in zip(
-        said, pipeline.context_of(tmp_path / "c", False)[1].splits.test)) / len(said)  # its own 0.5 scores otherwise
+    plain = None
+    for setting, written in ((0.5, None), (0.3, [0.3, 0.3]), ("f1", tuned)):
+        m = pipeline.run(recipe.load(str(tmp_path / "c.yaml"), [f"thresholds={setting}"]), tmp_path / str(setting),
+                         progress=False)
+        assert json.loads((tmp_path / str(setting) / "01-export" / "model.json").read_text()).get("thresholds") == \
+            written
+        final = m["final"]["metrics"]
+        assert final["accuracy_retained"] == 1.0 and final["label_agreement"] == 1.0
+        said = runtime.decided(evaluate.logits_of(runtime.load(teacher), ml_run_test(ml_run), 64, False, ""), True,
+                               written)
+        assert final["teacher_accuracy"] == sum(p == y for p, (_, y) in zip(said, ml_run_test(ml_run))) / len(said)
+        plain = plain or final["teacher_accuracy"]
+    assert final["teacher_accuracy"] != plain  # f1's thresholds decide otherwise than 0.5 here
+    for bad in ("1.5", "0", "auto", "true"):
+        with pytest.raises(UsageError, match=r"thresholds must be a probability in \(0, 1\).* or f1"):
+            recipe.load(str(tmp_path / "c.yaml"), [f"thresholds={bad}"])
+    single = testing.make_csv(tmp_path / "s.csv")
+    pipeline.tell_data(data.load(str(single)), False, recipe.load(str(tmp_path / "c.yaml"), ["thresholds=f1"]))
+    assert "warning: thresholds is set but does nothing: the data gives one label per text" in capsys.readouterr().err
+
+
+def ml_run_test(run) -> list:
+    return pipeline.context_of(run, progress=False)[1].splits.test
 
 
 def test_thresholds_that_do_not_fit_the_labels_are_refused(ml_run, tmp_path):
@@ -439,8 +453,8 @@ def test_thresholds_that_do_not_fit_the_labels_are_refused(ml_run, tmp_path):
 
 
 def test_the_thresholds_bench_scores_both_rules_from_the_same_logits(ml_run, tmp_path):
-    """bench/thresholds.py: at the tuned thresholds its numbers are evaluate's; at 0.5 they are the models'
-    decisions with the thresholds taken away."""
+    """bench/thresholds.py tunes each model on the validation split as thresholds: f1 does (the teacher's are the
+    ones the run wrote into its config) and scores the test split at 0.5 and at those, from the same logits."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     try:
         import thresholds as bench
@@ -448,17 +462,22 @@ def test_the_thresholds_bench_scores_both_rules_from_the_same_logits(ml_run, tmp
         sys.path.pop(0)
     bench.main([str(ml_run), "--out", str(tmp_path / "t.json")])
     result = json.loads((tmp_path / "t.json").read_text())
+    assert result["thresholds"]["teacher"] == \
+        json.loads((ml_run / "01-finetune" / "model" / "config.json").read_text())["edgekit_thresholds"]
     rows = {(r["model"], r["thresholds"]): r for r in result["rows"]}
-    final = json.loads((ml_run / "manifest.json").read_text())["final"]["metrics"]
-    assert rows["final", "tuned"]["accuracy"] == final["accuracy"] and \
-        rows["final", "tuned"]["f1_micro"] == final["f1_micro"]
-    assert rows["teacher", "tuned"]["accuracy"] == final["teacher_accuracy"]
-    assert rows["final", "tuned"]["f1_micro_retained"] == final["f1_micro_retained"]
     ctx = pipeline.context_of(ml_run, progress=False)[1]
+    test = ctx.splits.test
     model = runtime.load(ml_run / json.loads((ml_run / "manifest.json").read_text())["final"]["path"])
-    model.thresholds = None
-    plain = evaluate.predictions(model, ctx.splits.test, 1, False, "")
-    assert rows["final", "0.5"]["accuracy"] == sum(p == y for p, (_, y) in zip(plain, ctx.splits.test)) / len(plain)
-    assert rows["final", "0.5"]["per_label"]["pos"]["recall"] == \
-        sum(p[1] for p, (_, y) in zip(plain, ctx.splits.test) if y[1]) / sum(y[1] for _, y in ctx.splits.test)
-    assert "| final | tuned |" in (tmp_path / "t.md").read_text()
+    logits = evaluate.logits_of(model, test, 1, False, "")
+    cuts = evaluate.tuned_thresholds(evaluate.logits_of(model, ctx.splits.validation, 1, False, ""),
+                                     ctx.splits.validation)
+    assert result["thresholds"]["final"] == cuts
+    for rule, given in (("0.5", None), ("f1", cuts)):
+        said = runtime.decided(logits, True, given)
+        assert rows["final", rule]["accuracy"] == sum(p == y for p, (_, y) in zip(said, test)) / len(test)
+        assert rows["final", rule]["f1_micro"] == evaluate.f1_micro(said, test)
+        assert rows["final", rule]["per_label"]["pos"]["recall"] == \
+            sum(p[1] for p, (_, y) in zip(said, test) if y[1]) / sum(y[1] for _, y in test)
+        assert rows["final", rule]["f1_micro_retained"] == \
+            rows["final", rule]["f1_micro"] / rows["teacher", rule]["f1_micro"]
+    assert "| final | f1 |" in (tmp_path / "t.md").read_text()

@@ -11,9 +11,10 @@ point or two either way is what the split itself moves, and a budget bound insid
 
 A multi-label model is right on a sentence when it gives exactly the sentence's set of labels (exact-match, or
 subset, accuracy); each label's recall is over the sentences that have it, and f1_micro (every label decision of
-every sentence pooled) stands beside the teacher's. Each label applies over the model's own threshold, tuned on the
-validation split (tuned_thresholds: tune_folder writes a trained folder's, export carries them into model.json); a
-teacher that has none is tuned here the same way."""
+every sentence pooled) stands beside the teacher's. Each label applies over the model's threshold: the recipe's
+`thresholds` (0.5 by default; one probability for every label; or f1, each label's tuned on the validation split:
+cuts_for), which tune_folder writes into a trained folder's config and export into model.json; the teacher decides
+at the same setting."""
 import json
 import sys
 from collections import Counter
@@ -76,12 +77,11 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
 
 def teacher_of(ctx):
     """The run's teacher, loaded as evaluate scores it: truncated where the student was trained and exported; a
-    multi-label teacher edgekit did not train decides as a student does, at thresholds tuned on the validation
-    split (as export tunes the file made from it)."""
+    multi-label teacher decides at the run's thresholds as every model of the run does (cuts_for; never at ones
+    another run left in its config)."""
     model = runtime.load(ctx.teacher.path, max_length=ctx.max_length)
-    if ctx.splits.multi_label and getattr(model, "thresholds", None) is None and ctx.splits.validation:
-        model.thresholds = tuned_thresholds(logits_of(model, ctx.splits.validation, 64, ctx.progress,
-                                                      "tune teacher thresholds"), ctx.splits.validation)
+    if ctx.splits.multi_label:
+        model.thresholds = cuts_for(ctx.teacher.path, ctx)
     return model
 
 
@@ -141,19 +141,28 @@ def tuned_thresholds(logits: np.ndarray, examples: list) -> list:
     return out
 
 
+def cuts_for(path: Path, ctx) -> list | None:
+    """The thresholds a run gives the multi-label transformers folder at `path` (the recipe's `thresholds`): None
+    for 0.5 (a logit over 0), and for single-label data; a probability for every label; or, for "f1", each label's
+    tuned on the validation split with the folder's own logits (tuned_thresholds; None without validation rows)."""
+    if not ctx.splits.multi_label or ctx.thresholds == 0.5 or (ctx.thresholds == "f1" and not ctx.splits.validation):
+        return None
+    if ctx.thresholds != "f1":
+        return [float(ctx.thresholds)] * len(ctx.splits.labels)
+    model = runtime.HFModel(path, max_length=ctx.max_length)
+    return tuned_thresholds(logits_of(model, ctx.splits.validation, 64, ctx.progress, "tune thresholds"),
+                            ctx.splits.validation)
+
+
 def tune_folder(folder: Path, ctx) -> list | None:
-    """A multi-label transformers folder's thresholds, tuned on the validation split (tuned_thresholds) and written
-    into its config.json as edgekit_thresholds, which edgekit.load, evaluate and every export of the folder decide
-    by. None for single-label data; without validation rows, 0.5 for every label (no thresholds a student took
-    over with its teacher's config)."""
+    """A trained multi-label folder's thresholds (cuts_for), written into its config.json as edgekit_thresholds,
+    which edgekit.load decides by (and none where the run's are 0.5: a student's config may carry its teacher's)."""
     if not ctx.splits.multi_label:
         return None
-    config, cuts = json.loads((folder / "config.json").read_text()), None
-    config.pop("edgekit_thresholds", None)  # a student's config may carry its teacher's
-    if ctx.splits.validation:
-        model = runtime.HFModel(folder, max_length=ctx.max_length)
-        cuts = config["edgekit_thresholds"] = tuned_thresholds(
-            logits_of(model, ctx.splits.validation, 64, ctx.progress, "tune thresholds"), ctx.splits.validation)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("edgekit_thresholds", None)
+    if cuts := cuts_for(folder, ctx):
+        config["edgekit_thresholds"] = cuts
     write_json(folder / "config.json", config)
     return cuts
 

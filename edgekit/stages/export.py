@@ -63,11 +63,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, format: str | list = "auto", 
     model = families.named(families.load_model(artifact.path, pairs=ctx.splits.pairs), ctx.splits.labels)
     tokenizer = families.load_tokenizer(artifact.path)
     reference = runtime.HFModel(artifact.path, pairs=ctx.splits.pairs)  # compare() feeds it the file's ids
-    if ctx.splits.multi_label and reference.thresholds is None and ctx.splits.validation:  # a multi-label model
-        # edgekit did not train has no thresholds: tuned as evaluate tunes such a teacher's, into model.json
-        reference.thresholds = model.config.edgekit_thresholds = evaluate.tuned_thresholds(evaluate.logits_of(
-            runtime.HFModel(artifact.path, max_length=ctx.max_length), ctx.splits.validation, 64, ctx.progress,
-            "tune thresholds"), ctx.splits.validation)
+    if ctx.splits.multi_label:  # the run's thresholds, as evaluate gives them to the teacher (a stage's folder
+        # has them in its config already: f1 tunes them again to the same numbers, from the same logits)
+        reference.thresholds = model.config.edgekit_thresholds = evaluate.cuts_for(artifact.path, ctx)
     outputs = {}
     for f in formats:
         folder = out_dir if len(formats) == 1 else out_dir / f
@@ -126,7 +124,8 @@ def export_one(model, tokenizer, out_dir: Path, format: str, target: str, export
             "pad_id": tokenizer.pad_token_id, "inputs": inputs, "outputs": outputs,
             "source": source, **extra, **({"text_pair": True} if pairs else {}),  # TorchScript INT8 re-traces source
             **({"multi_label": True} if families.is_multi_label(model.config) else {}),
-            **({"thresholds": t} if (t := getattr(model.config, "edgekit_thresholds", None)) else {})}
+            **({"thresholds": t} if (t := getattr(model.config, "edgekit_thresholds", None)) and
+               families.is_multi_label(model.config) else {})}
     write_json(out_dir / "model.json", meta)
     return Artifact(path, format, {"params": sum(p.numel() for p in model.parameters())})
 
