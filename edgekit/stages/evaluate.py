@@ -81,7 +81,7 @@ def teacher_of(ctx):
     another run left in its config)."""
     model = runtime.load(ctx.teacher.path, max_length=ctx.max_length)
     if ctx.splits.multi_label:
-        model.thresholds = cuts_for(ctx.teacher.path, ctx)
+        model.thresholds = cuts_for(ctx.teacher.path, ctx, model)
     return model
 
 
@@ -141,15 +141,16 @@ def tuned_thresholds(logits: np.ndarray, examples: list) -> list:
     return out
 
 
-def cuts_for(path: Path, ctx) -> list | None:
+def cuts_for(path: Path, ctx, model=None) -> list | None:
     """The thresholds a run gives the multi-label transformers folder at `path` (the recipe's `thresholds`): None
     for 0.5 (a logit over 0), and for single-label data; a probability for every label; or, for "f1", each label's
-    tuned on the validation split with the folder's own logits (tuned_thresholds; None without validation rows)."""
+    tuned on the validation split with the folder's own logits (tuned_thresholds; None without validation rows).
+    `model`: the folder already loaded (runtime.load at the run's max_length)."""
     if not ctx.splits.multi_label or ctx.thresholds == 0.5 or (ctx.thresholds == "f1" and not ctx.splits.validation):
         return None
     if ctx.thresholds != "f1":
         return [float(ctx.thresholds)] * len(ctx.splits.labels)
-    model = runtime.HFModel(path, max_length=ctx.max_length)
+    model = model or runtime.HFModel(path, max_length=ctx.max_length)
     return tuned_thresholds(logits_of(model, ctx.splits.validation, 64, ctx.progress, "tune thresholds"),
                             ctx.splits.validation)
 
