@@ -87,8 +87,8 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, heads_keep: float = 1.0, ffn_
         model.config.edgekit_shapes = shapes
         save(model, tokenizer, step_dir / "model", ctx.max_length)
     save(model, tokenizer, out_dir / "model", ctx.max_length)
-    evaluate.tune_folder(out_dir / "model", ctx)  # a multi-label model's thresholds
-    if training.distributed()[0] == 0:
+    if training.distributed()[0] == 0:  # rank 0 wrote the folder: it alone rewrites its config
+        evaluate.tune_folder(out_dir / "model", ctx)  # a multi-label model's thresholds
         for step in range(1, steps + 1):
             shutil.rmtree(out_dir / f"step-{step}", ignore_errors=True)
     shapes = model.config.edgekit_shapes
