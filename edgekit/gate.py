@@ -183,12 +183,13 @@ def check(path, budgets: list, target: str = None) -> list:
             if metric == "accuracy_retained" and numbers.get("teacher_accuracy") == 0:
                 raise EdgekitError(f"accuracy_retained is undefined: the teacher scored 0 on the run's "
                                    f"{numbers.get('eval_split', 'evaluation')} split; check the teacher and its labels")
-            if not isinstance(numbers.get(metric), (int, float)) and metric in recipes.MULTI_LABEL_METRICS:
-                raise EdgekitError(f"the run did not measure {metric}: only a multi-label run's evaluate does (and "
-                                   f"not where the teacher's f1_micro is 0); bound accuracy or accuracy_retained")
             if not isinstance(numbers.get(metric), (int, float)):
-                raise EdgekitError(f"the run did not measure {metric}; add the stage that measures it (evaluate for "
-                                   f"accuracy, bench for latency and memory) or drop that budget")
+                raise EdgekitError(
+                    f"the run did not measure {metric}: only a multi-label run's evaluate does (and not where the "
+                    f"teacher's f1_micro is 0); bound accuracy or accuracy_retained"
+                    if metric in recipes.MULTI_LABEL_METRICS else
+                    f"the run did not measure {metric}; add the stage that measures it (evaluate for accuracy, bench "
+                    f"for latency and memory) or drop that budget")
             row = recipes.with_note(recipes.budget_row(metric, op, bound, numbers[metric],
                                                        numbers.get(f"{metric}_interval")), numbers)
             row = dict(row, source=source) if target else row
