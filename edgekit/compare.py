@@ -42,7 +42,7 @@ FAMILY_CONFIGS = {
 }
 FAMILIES = ("bert-base", "roberta-base", "albert-base", "distilbert-base", "electra-base")  # what --families adds
 COLUMNS = ("model", "params_m", "size_fp32_mb", "size_int8_mb", "latency_ms_b1_fp32", "latency_ms_b1_int8",
-           "latency_ms_b32_int8", "rss_after_load_mb_int8", "accuracy")
+           "latency_ms_b32_int8", "rss_after_load_mb_int8", "accuracy", "f1_micro")  # f1_micro: multi-label data
 
 
 @families.quiet_transformers()
@@ -147,9 +147,12 @@ def measure(spec: str, work: Path, data=None, threads: int = 1, seq_len: int = 1
         tqdm.write(f"edgekit: warning: no accuracy for {spec}: it {why}", file=sys.stderr)
     if task_model:  # a model trained for these labels: its accuracy means something
         from edgekit import runtime
-        from edgekit.stages.evaluate import accuracy
+        from edgekit.stages.evaluate import f1_micro, matches, predictions
 
-        row["accuracy"] = accuracy(runtime.HFModel(source, max_length=seq_len), data.test, 64, False, spec)
+        said = predictions(runtime.HFModel(source, max_length=seq_len), data.test, 64, False, spec)
+        row["accuracy"] = round(sum(matches(said, data.test)) / len(data.test), 4)
+        if data.multi_label and (f1 := f1_micro(said, data.test)) is not None:  # most label sets are often empty:
+            row["f1_micro"] = round(f1, 4)  # micro-F1 is the number people compare
     folder = work / spec.replace("/", "_")
     folder.mkdir(parents=True, exist_ok=True)
     try:  # the files are only measured: kept, they held hundreds of MB per base-sized model
@@ -205,7 +208,7 @@ OUTPUTS = ("compare.md", "compare.csv", "compare.json", "compare.png")
 
 def markdown(rows: list) -> str:
     head = ["model", "params (M)", "FP32 MB", "INT8 MB", "b1 FP32 ms", "b1 INT8 ms", "b32 INT8 ms",
-            "RSS after load MiB", "accuracy"]
+            "RSS after load MiB", "accuracy", "micro-F1"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
         cells = [str(r[c]).replace("\\", "\\\\").replace("|", "\\|") if c == "model"  # a | would end the cell

@@ -470,8 +470,8 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         text, label = r.get(text_column), flagged(r, flags, path, number) if flags else r.get(label_column)
         second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
-        if label_separator and isinstance(label, str):
-            label = label.split(label_separator)  # "" is [""]: no label, below
+        if label_separator and isinstance(label, str):  # "" is [""]: no label, below; and pandas's nan is
+            label = label.split(label_separator) if label.strip() not in ("nan", "NaN", "NAN") else []  # none either
         if isinstance(label, list):
             label = tuple(sorted({unicodedata.normalize("NFC", str(v)).strip() for v in label} - {""}))
         elif label is not None and str(label).strip() in ("", "nan", "NaN", "NAN"):

@@ -58,7 +58,7 @@ LIMITS = {"threads": "[1, inf)", "runs": "[1, inf)", "warmup": "[0, inf)", "batc
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RELEASE = re.compile(r"[a-z][a-z0-9-]*")  # a Debian suite (bookworm, stable): a folder name and debootstrap's argument
 MIRROR = re.compile(r"(https?|file)://\S+")
-RUNNER_METRICS = ("size_mb", "accuracy", "peak_rss_mb")
+RUNNER_METRICS = ("size_mb", "accuracy", "f1_micro", "peak_rss_mb")  # f1_micro: a multi-label model
 VENV_PYTHON = (3, 11)  # the oldest Python the pinned requirements-*.txt install on (numpy 2.4)
 MERGE_WAIT_S = 30  # how long a finished bench waits for the run's lock (another bench merging)
 # what a device's result may hold: every one a finite number >= 0 (accuracy a fraction), or absent
@@ -340,10 +340,10 @@ def check_result(name: str, result: dict, spec: dict) -> dict:
         if not recipes.measure(value):
             raise EdgekitError(f"target {name}: the result's {field} is {value!r}, not a finite number >= 0; nothing "
                                f"merged, check the runner on the device")
-    accuracy = result.get("accuracy")
-    if accuracy is not None and not (recipes.measure(accuracy) and accuracy <= 1):
-        raise EdgekitError(f"target {name}: the result's accuracy is {accuracy!r}, not a fraction in [0, 1]; nothing "
-                           f"merged, check the runner on the device")
+    for key in ("accuracy", "f1_micro"):
+        if result.get(key) is not None and not (recipes.measure(result[key]) and result[key] <= 1):
+            raise EdgekitError(f"target {name}: the result's {key} is {result[key]!r}, not a fraction in [0, 1]; "
+                               f"nothing merged, check the runner on the device")
     return result
 
 
@@ -694,6 +694,8 @@ def metrics_of(result: dict, manifest: dict) -> dict:
         hits, teacher_hits = (round(score * result["examples"]) for score in (result["accuracy"], teacher))
         metrics["accuracy_retained"] = hits / teacher_hits  # from the counts, as the evaluate stage's: a ratio of
         # scores rounded to 4 places crossed a budget's bound (969 / 999 sentences right, 0.96997, read 0.97)
+    if result.get("f1_micro") is not None and final.get("teacher_f1_micro") and same:  # a multi-label model's
+        metrics["f1_micro_retained"] = result["f1_micro"] / final["teacher_f1_micro"]  # (unrounded, both)
     return {k: v for k, v in metrics.items() if v is not None}
 
 
@@ -709,6 +711,8 @@ def bench(run, target: str, targets_file=None, model: str = None, progress: bool
     """Run `target` on the run's model (or read the result.json a manual run wrote: `result_file`); merge the entry
     into manifest.json under devices.<target>; return it."""
     manifest, run, spec, path = chosen(run, target, targets_file, model)
+    multi = json.loads((path.parent / "model.json").read_text()).get("multi_label")  # model_file checked it is there
+    pipeline.check_budget_kind({}, bool(multi), {target: spec})  # an F1 budget for a single-label model: never held
     sha = assets.sha256_file(path)  # what is measured: merge checks the run still holds it
     where = in_run(path, run)
     if spec["kind"] == "manual" and result_file is None:
@@ -858,8 +862,11 @@ def summary(target: str, entry: dict) -> str:
     rows = [head, "  " + ", ".join(p for p in parts if p)]
     if m.get("accuracy") is not None:
         retained = m.get("accuracy_retained")
+        f1, f1_kept = m.get("f1_micro"), m.get("f1_micro_retained")
         rows.append(f"  accuracy {number(m['accuracy'])} on {r.get('examples', '?')} sentences"
-                    f"{'' if retained is None else f' (retained {number(retained)})'}")
+                    f"{'' if retained is None else f' (retained {number(retained)})'}"
+                    f"{'' if f1 is None else f', micro-F1 {number(f1)}'}"
+                    f"{'' if f1_kept is None else f' (retained {number(f1_kept)})'}")
     elif r.get("note"):
         rows.append(f"  {r['note']}")
     return "\n".join(rows + gate.lines(entry["budgets"]))

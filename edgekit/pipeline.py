@@ -225,7 +225,7 @@ def run(recipe: dict, out: Path, progress: bool = True, shared: Path = None, war
         if named not in data.DATASETS and (file := Path(named).expanduser()).is_file():
             recipe = {**recipe, "data": {**recipe["data"], "source": str(file.resolve())}}
         loaded = data.load(seed=recipe["seed"], **recipe["data"])  # before the teacher: bad data is said at once,
-        check_budget_kind(recipe["budgets"], loaded.multi_label)
+        check_budget_kind(recipe["budgets"], loaded.multi_label, recipe.get("devices"))
         source = resolve_model(recipe["teacher"])  # not after fetching a model asset
         config = AutoConfig.from_pretrained(source.path)  # read once for the shape and label checks
         splits = in_teacher_order(loaded, families.label_names(config))
@@ -310,13 +310,19 @@ def check_head(path: Path, architectures, spec: str) -> None:
                            f"a classification head on the data, or give a model fine-tuned for sequence classification")
 
 
-def check_budget_kind(budgets: dict, multi_label: bool) -> None:
+def check_budget_kind(budgets: dict, multi_label: bool, targets: dict = None) -> None:
     """A budget on f1_micro or f1_micro_retained, which only a multi-label run measures, is refused before the first
-    stage of a run whose data gives one label per text: it could never hold."""
-    if not multi_label and (named := [m for m in budgets if m in recipes.MULTI_LABEL_METRICS]):
-        raise UsageError(f"budget {named[0]}: only a multi-label run measures it (micro-F1 over every label decision), "
-                         f"and this data gives one label per text; bound accuracy or accuracy_retained instead "
-                         f"(budgets.{named[0]}=null drops it)")
+    stage of a run whose data gives one label per text (and before `edgekit bench` runs such a run's model), in the
+    recipe's budgets or a device target's: it could never hold."""
+    if multi_label:
+        return
+    where = [(m, f"budgets.{m}") for m in budgets] + [
+        (m, f"devices.{name}.budgets.{m}") for name, spec in (targets or {}).items()
+        if isinstance(spec, dict) and isinstance(spec.get("budgets"), dict) for m in spec["budgets"]]
+    if named := next(((m, key) for m, key in where if m in recipes.MULTI_LABEL_METRICS), None):
+        raise UsageError(f"budget {named[0]}: only a multi-label run measures it (micro-F1 over every label "
+                         f"decision), and this data gives one label per text; bound accuracy or accuracy_retained "
+                         f"instead ({named[1]}=null drops it)")
 
 
 def check_labels(config, labels: list, spec: str, multi_label: bool = False) -> None:
@@ -723,7 +729,8 @@ def check_inputs(recipe: dict):
     splits = None
     if recipe["data"]["source"] not in data.DATASETS:  # named datasets are known good; a file may not be
         splits = data.load(seed=recipe["seed"], **recipe["data"])
-    check_budget_kind(recipe["budgets"], splits is not None and splits.multi_label)  # a named dataset: one label each
+    multi = splits is not None and splits.multi_label  # a named dataset: one label each
+    check_budget_kind(recipe["budgets"], multi, recipe.get("devices"))
     check_local_files(recipe)
     if teacher := on_disk(recipe["teacher"]):
         from transformers import AutoConfig

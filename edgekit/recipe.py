@@ -32,8 +32,9 @@ MEASURED_BY = {"accuracy": ("evaluate",), "accuracy_retained": ("evaluate",), "c
                "latency_ms_p90": ("bench",), "latency_ms_p99": ("bench",), "peak_rss_mb": ("bench",),
                "max_abs_diff": ("export", "quantize"), "label_agreement": ("export", "quantize"),
                "params": ("finetune", "distill", "prune", "export", "quantize")}  # size_mb: every run's final files
-DEVICE_METRICS = ("size_mb", "accuracy", "accuracy_retained", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
-                  "peak_rss_mb")  # what device_bench measures on a device (a target's budgets)
+DEVICE_METRICS = ("size_mb", "accuracy", "accuracy_retained", "f1_micro", "f1_micro_retained", "latency_ms_p50",
+                  "latency_ms_p90", "latency_ms_p99", "peak_rss_mb")  # what device_bench measures on a device (a
+# target's budgets; f1_micro and f1_micro_retained for a multi-label model only)
 NEEDS_HF = ("finetune", "distill", "prune", "export")  # stages that read a transformers folder
 # What a setting may be, by its name in any stage: an interval for a number (inf: no upper end), a tuple of words
 COMMON = {"epochs": "(0, inf)", "lr": "(0, inf)", "batch_size": "[1, inf)", "warmup": "[0, 1)",

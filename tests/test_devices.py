@@ -102,7 +102,8 @@ def test_a_failed_run_is_recorded_as_incomplete(run, tmp_path, capsys):
     ({"kind": "local", "runs": "many"}, "runs must be int"),
     ({"kind": "local", "budgets": {"speed": "<= 3"}}, "budget on metric 'speed', which a device does not measure"),
     ({"kind": "local", "budgets": {"max_abs_diff": "<= 3"}}, "'max_abs_diff', which a device does not measure"),  # was
-    ({"kind": "local", "budgets": {"params": "<= 3"}}, "metrics: size_mb, accuracy, accuracy_retained, latency"),  # OVER
+    ({"kind": "local", "budgets": {"params": "<= 3"}},
+     "metrics: size_mb, accuracy, accuracy_retained, f1_micro, f1_micro_retained, latency"),  # OVER
     ({"kind": "local", "budgets": {"size_mb": "small"}}, "must be an operator and a number"),
     ({"kind": "qemu-arm64", "cpu": "max"}, "cpu 'max'; emulated CPUs: cortex-a72"),
     ({"kind": "local", "runs": -1}, "target t: runs must be >= 1, got -1"),  # was exit 1 naming --runs, a runner flag
@@ -628,6 +629,8 @@ def test_a_hanging_connection_names_the_setting_that_limits_it(tmp_path, monkeyp
     ({"throughput": {"batch_1": float("nan")}}, "throughput.batch_1 is nan"),
     ({"accuracy": 7}, "accuracy is 7, not a fraction in [0, 1]"),
     ({"accuracy": float("nan")}, "accuracy is nan"),
+    ({"f1_micro": 1.5}, "f1_micro is 1.5, not a fraction in [0, 1]"),
+    ({"f1_micro": "high"}, "f1_micro is 'high', not a fraction in [0, 1]"),
     ({"model": "model.tflite", "format": "tflite"}, "the result is for model 'model.tflite', not the 'model.onnx' sent"),
 ])
 def test_device_results_that_no_device_measures_are_refused(result, field):

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import edgekit
-from edgekit import cli, data, devices, pipeline, recipe, runtime, testing, training
+from edgekit import cli, data, devices, gate, pipeline, recipe, runtime, testing, training
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.report import number
 from edgekit.stages import evaluate
 
 RUNNER = Path(__file__).resolve().parent.parent / "device_bench"  # the device runner, a package of its own
@@ -245,6 +247,89 @@ def test_the_device_runner_scores_label_sets(ml_run, tmp_path):
     assert result.returncode == 0, result.stderr
     measured = json.loads((tmp_path / "r.json").read_text())
     assert measured["accuracy"] == m["final"]["metrics"]["accuracy"]  # the device scores as evaluate did
+    assert measured["f1_micro"] == m["final"]["metrics"]["f1_micro"] == runner.f1_micro(measured["predictions"], gold)
+
+
+def test_the_device_runner_reads_label_columns_and_separators_as_compress_does(tmp_path):
+    """--label-columns (a 0/1 column per label, a row with one empty or -1 left out) and --label-separator give the
+    device the label sets edgekit compress reads from the same file, in the model's label order."""
+    flags = [("1", "0", "1"), ("0", "0", "0"), ("true", "TRUE", "false"), ("1.0", "0.0", "0"), ("-1", "-1", "-1"),
+             ("1", "", "0"), ("0", "1", "1")]
+    f = Path(jigsaw_csv(tmp_path / "j.csv", flags))
+    labels = ["threat", "toxic", "insult"]  # the model's order, not the file's
+    texts, gold = runner.read_labelled(f, labels, "comment_text", "label", multi_label=True,
+                                       flag_columns=("toxic", "insult", "threat"))
+    rows = data._read_file(f, "comment_text", "label", "", label_columns="toxic,insult,threat")[0]
+    assert texts == [t for t, _, _ in rows] == ["comment 0", "comment 1", "comment 2", "comment 3", "comment 6"]
+    assert gold == [tuple(int(n in names) for n in labels) for _, names, _ in rows]
+    assert gold[0] == (1, 1, 0) and gold[2] == (0, 1, 1)
+    (tmp_path / "j.jsonl").write_text('{"text": "a", "rude": true, "spam": 0}\n{"text": "b", "rude": false, "spam": 1}\n')
+    assert runner.read_labelled(tmp_path / "j.jsonl", ["spam", "rude"], "text", "label", multi_label=True,
+                                flag_columns=("rude", "spam")) == (["a", "b"], [(0, 1), (1, 0)])
+    (tmp_path / "s.csv").write_text("text,label\nbad film,neg;pos\ngood film, pos ;\nthe plot,\nlast,nan\n")
+    read = data._read_file(tmp_path / "s.csv", "text", "label", "", label_separator=";")[0]
+    assert runner.read_labelled(tmp_path / "s.csv", ["pos", "neg"], "text", "label", multi_label=True,
+                                separator=";") == ([t for t, _, _ in read], [(1, 1), (1, 0), (0, 0), (0, 0)])
+    assert [names for _, names, _ in read] == [("neg", "pos"), ("pos",), (), ()]
+    (tmp_path / "b.csv").write_text("id,comment_text,toxic,insult,threat\n0,fine,0,0,0\n1,rude,1,0.7,-1\n")
+    with pytest.raises(runner.BenchError, match=r"b.csv line 3: label column insult holds '0.7'; a label column "
+                                                r"holds 0 or 1 \(true or false\); threshold a score first"):
+        runner.read_labelled(tmp_path / "b.csv", labels, "comment_text", "label", multi_label=True,
+                             flag_columns=("toxic", "insult", "threat"))
+    with pytest.raises(runner.BenchError, match=r"needs a header with columns comment_text, toxic, spam and at least "
+                                                r"one row; it has .* \(the columns --label-columns names\)"):
+        runner.read_labelled(tmp_path / "b.csv", ["toxic", "spam"], "comment_text", "label", multi_label=True,
+                             flag_columns=("toxic", "spam"))
+
+
+@pytest.mark.parametrize("argv, meta, message", [
+    (["--label-columns", "neg,pos"], {}, "--label-columns given, but m.onnx is a single-label classifier"),
+    (["--label-separator", ";"], {}, "--label-separator given, but m.onnx is a single-label classifier"),
+    (["--label-columns", "neg,pos", "--label-separator", ";"], {"multi_label": True}, "give one: --label-columns"),
+    (["--label-separator", ""], {"multi_label": True}, "--label-separator is empty"),
+    (["--label-columns", "neg,rude"], {"multi_label": True}, "names rude, not among the model's labels (neg, pos)"),
+    (["--label-columns", "neg, neg"], {"multi_label": True}, "leaves out the model's label pos; name a 0/1 column"),
+])
+def test_device_label_options_that_do_not_fit_the_model_are_refused(argv, meta, message):
+    args = runner.parser().parse_args(["m.onnx", *argv])
+    assert message in runner.option_problem(Path("m.onnx"), {"labels": ["neg", "pos"], **meta}, args)
+    fits = runner.parser().parse_args(["m.onnx", "--label-columns", "pos, neg", "--label-separator", ";"][:3])
+    assert runner.option_problem(Path("m.onnx"), {"labels": ["neg", "pos"], "multi_label": True}, fits) == ""
+
+
+def test_a_device_measures_micro_f1_and_checks_f1_budgets(ml_run, tmp_path):
+    """A multi-label model's device result holds its micro-F1 over the test split evaluate scored, and
+    f1_micro_retained against the teacher's: a target's F1 budgets are checked on them, by bench and by gate."""
+    run = tmp_path / "run"
+    shutil.copytree(ml_run, run)
+    final = json.loads((run / "manifest.json").read_text())["final"]["metrics"]
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"devices": {"box": {
+        "kind": "local", "runs": 2, "warmup": 1, "seq_len": 16,
+        "budgets": {"f1_micro_retained": ">= 0.5", "f1_micro": f"< {final['f1_micro']}"}}}}))
+    entry = devices.bench(run, "box", tmp_path / "t.yaml", progress=False)
+    metrics = entry["metrics"]
+    assert metrics["f1_micro"] == final["f1_micro"]
+    assert metrics["f1_micro_retained"] == final["f1_micro"] / final["teacher_f1_micro"] == final["f1_micro_retained"]
+    assert {r["metric"]: r["ok"] for r in entry["budgets"]} == {"f1_micro_retained": True, "f1_micro": False}
+    assert f"micro-F1 {number(final['f1_micro'])} (retained " in devices.summary("box", entry)
+    rows = gate.check(run, [("f1_micro_retained", ">=", 0.5)], target="box")
+    assert rows[0]["source"] == "on box" and rows[0]["actual"] == metrics["f1_micro_retained"]
+
+
+def test_f1_budgets_for_a_device_are_refused_for_a_single_label_run(tmp_path):
+    single = testing.make_csv(tmp_path / "s.csv")
+    (tmp_path / "r.yaml").write_text(testing.tiny_recipe(testing.make_model_dir(tmp_path / "m"), single,
+                                                         stages=("export", "evaluate")))
+    pipeline.run(recipe.load(str(tmp_path / "r.yaml")), tmp_path / "run", progress=False)
+    targets = {"devices": {"box": {"kind": "local", "budgets": {"accuracy": ">= 0.1", "f1_micro": ">= 0.5"}}}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(targets))
+    with pytest.raises(UsageError, match=r"budget f1_micro: only a multi-label run measures it .* "
+                                         r"\(devices.box.budgets.f1_micro=null drops it\)"):
+        devices.bench(tmp_path / "run", "box", tmp_path / "t.yaml", progress=False)
+    assert "devices" not in json.loads((tmp_path / "run" / "manifest.json").read_text())  # nothing ran nor merged
+    with_devices = dict(recipe.load(str(tmp_path / "r.yaml")), devices=targets["devices"])
+    with pytest.raises(UsageError, match=r"\(devices.box.budgets.f1_micro=null drops it\)"):
+        pipeline.check_inputs(with_devices)
 
 
 def test_teacher_heads_must_match_the_data_kind_without_finetune(ml_run, tmp_path):
@@ -290,11 +375,15 @@ def test_compare_scores_a_multi_label_model_on_label_sets_and_no_other_kind(ml_r
     teacher, jsonl = ml_run / "01-finetune" / "model", ml_run.parent / "d.jsonl"
     rows = compare.run([str(teacher)], tmp_path / "c", str(jsonl), seq_len=32, progress=False)
     splits = data.load(str(jsonl))
+    said = evaluate.predictions(runtime.HFModel(teacher, max_length=32), splits.test, 64, False, "")
     expected = evaluate.accuracy(runtime.HFModel(teacher, max_length=32), splits.test, 64, False, "")
     assert rows[0]["accuracy"] == expected and 0 < expected < 1
+    assert rows[0]["f1_micro"] == round(evaluate.f1_micro(said, splits.test), 4) and rows[0]["f1_micro"] != expected
+    table = (tmp_path / "c" / "compare.md").read_text().splitlines()
+    assert table[0].endswith("| accuracy | micro-F1 |") and table[2].endswith(f"| {number(rows[0]['f1_micro'])} |")
     rows = compare.run([str(teacher)], tmp_path / "c", str(testing.make_csv(tmp_path / "s.csv")), seq_len=32,
                        progress=False)
-    assert "accuracy" not in rows[0]  # exact-match against one class per row would read 0
+    assert "accuracy" not in rows[0] and "f1_micro" not in rows[0]  # exact-match against one class per row: 0
     assert "it is a multi-label classifier and the data gives one label per row" in capsys.readouterr().err
 
 
@@ -324,8 +413,6 @@ def test_transfer_texts_join_a_multi_label_run_without_a_label(tmp_path):
 def test_f1_budgets_gate_a_multi_label_run_and_a_single_label_run_refuses_them(ml_run, tmp_path):
     """f1_micro_retained is the model's micro-F1 over the teacher's, inside its paired interval; gate checks f1
     budgets of a multi-label run, and a single-label recipe that bounds one is refused before its first stage."""
-    from edgekit import gate
-
     final = json.loads((ml_run / "manifest.json").read_text())["final"]["metrics"]
     kept = final["f1_micro_retained"]
     assert kept == final["f1_micro"] / final["teacher_f1_micro"]

@@ -153,9 +153,9 @@ def test_compare_cuts_accuracy_inputs_where_it_measures_latency(tmp_path, monkey
     monkeypatch.setattr(runtime, "HFModel", Recording)
     from edgekit import data
     from edgekit.stages import evaluate
-    scored, accuracy = [], evaluate.accuracy
-    monkeypatch.setattr(evaluate, "accuracy", lambda model, examples, *a: scored.append(len(examples)) or
-                        accuracy(model, examples, *a))
+    scored, predictions = [], evaluate.predictions
+    monkeypatch.setattr(evaluate, "predictions", lambda model, examples, *a: scored.append(len(examples)) or
+                        predictions(model, examples, *a))
     csv_file = testing.make_csv(tmp_path / "d.csv", n=6000)
     rows = compare.run([str(folder)], tmp_path / "cmp", str(csv_file), seq_len=16)
     assert seen == [16] and 0 <= rows[0]["accuracy"] <= 1  # the model's own limit is 512

@@ -362,51 +362,65 @@ def unquoted(field: str) -> str:
 
 
 def read_labelled(path: Path, labels: list, text_column: str, label_column: str, pair_column: str = "",
-                  multi_label: bool = False) -> tuple:
+                  multi_label: bool = False, separator: str = "|", flag_columns: tuple = ()) -> tuple:
     """(texts, label ids) from a CSV, TSV or JSONL file as edgekit compress reads them: a row with an empty text or
     label is left out, labels by name, or by index when the file uses integers. With `pair_column` (a model for
     text pairs) each text is the pair (text, text_pair). Every row is checked before anything is timed. For a
-    multi-label model each label cell holds its labels' names cut at "|" (an empty cell: none of them), and each
-    label id is a tuple of 0/1, one per label."""
+    multi-label model each label cell holds its labels' names cut at `separator` (an empty cell: none of them), or
+    with `flag_columns` (the model's label names) each of those columns holds 0 or 1 (a row with one empty or -1,
+    Jigsaw's mark for a text not scored, is left out); each label id is a tuple of 0/1, one per label."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise BenchError(f"cannot read labelled file {path} ({e}); give a UTF-8 CSV, TSV or JSONL file with columns "
-                         f"{text_column},{label_column}")
-    columns = [text_column] + ([pair_column] if pair_column else []) + [label_column]
+                         f"{','.join([text_column, *(flag_columns or [label_column])])}")
+    texts_of = [text_column] + ([pair_column] if pair_column else [])
+    columns = texts_of + list(flag_columns or [label_column])
     numbered = list(_records(path, text, columns))
     if not numbered or any(c not in numbered[0][1] for c in columns):
         found = ", ".join(map(str, numbered[0][1]))[:120] if numbered else ""
         raise BenchError(f"{path} needs a header with columns {', '.join(columns)} and at least one row"
                          + (f"; it has {found}" if found else "; it has none")
-                         + ("; --text-column and --label-column name others" if found else "")
+                         + ((" (the columns --label-columns names)" if flag_columns else
+                             "; --text-column and --label-column name others") if found else "")
                          + (" (the model reads text pairs; --text-pair-column names the second text's column)"
                             if pair_column else ""))
     kept = []
     for n, row in numbered:
-        values = [row.get(c) for c in columns]
-        if multi_label and values[-1] is not None and values[-1].strip() in ("", "nan", "NaN", "NAN"):
-            values[-1] = ""  # no label: a multi-label row may have none
-        elif any(v is None or v.strip() == "" for v in values) or values[-1].strip() in ("nan", "NaN", "NAN"):
-            continue  # a missing value (pandas writes a label as nan): the row carries no example; a text "nan" is
-            # one, as compress reads it (edgekit.data), so the device scores the sentences evaluate scored
+        values = [row.get(c) for c in texts_of]
+        if flag_columns:
+            label = flagged(row, flag_columns, path, n)  # the names of the columns holding 1
+            if label is None:
+                continue  # not scored: no label, as compress leaves it out
+        else:
+            label = row.get(label_column)
+            if label is None or label.strip() in ("nan", "NaN", "NAN") or (not multi_label and not label.strip()):
+                if not multi_label or label is None:
+                    continue  # a missing label (pandas writes one as nan)
+                label = ""  # no label: a multi-label row may have none
+            label = unicodedata.normalize("NFC", label).strip()  # NFD (macOS) is NFC
+        if any(v is None or v.strip() == "" for v in values):
+            continue  # no text: the row carries no example; a text "nan" is one, as compress reads it (edgekit.data),
+            # so the device scores the sentences evaluate scored
         try:
-            "".join(values).encode("utf-8")
+            "".join(values + ([] if isinstance(label, set) else [label])).encode("utf-8")
         except UnicodeEncodeError:
             raise BenchError(f"{path} line {n} holds half a character (an unpaired surrogate, \\ud800-\\udfff: an "
                              f"emoji cut in two where the file was written); fix or remove that row")
-        kept.append((n, values[:-1], unicodedata.normalize("NFC", values[-1]).strip()))  # NFD (macOS) is NFC
+        kept.append((n, values, label))
     if not kept:
         raise BenchError(f"{path} has no row with both a text and a label")
     index = {name: i for i, name in enumerate(labels)}
     texts = [tuple(t) if pair_column else t[0] for _, t, _ in kept]
     if multi_label:
-        sets = [(n, {x.strip() for x in label.split("|")} - {""}) for n, _, label in kept]
+        sets = [(n, label if isinstance(label, set) else {x.strip() for x in label.split(separator)} - {""})
+                for n, _, label in kept]
         if unknown := sorted({x for _, s in sets for x in s if x not in index}):
             first = next(n for n, s in sets if set(s) - set(index))
             raise BenchError(f"{path} has labels the multi-label model does not know ({', '.join(unknown[:5])}; the "
-                             f"first on line {first}); the model's labels: {', '.join(labels)}, each row's cut at |")
+                             f"first on line {first}); the model's labels: {', '.join(labels)}, each row's cut at "
+                             f"{separator}")
         return texts, [tuple(int(name in s) for name in labels) for _, s in sets]
     if all(label in index for _, _, label in kept):
         ids = [index[label] for _, _, label in kept]
@@ -422,6 +436,25 @@ def read_labelled(path: Path, labels: list, text_column: str, label_column: str,
                          f"{n}); the model's labels: {', '.join(labels)}; give the test split of the data the model "
                          f"was trained on")
     return texts, ids
+
+
+FLAGS = {"1": 1, "1.0": 1, "true": 1, "yes": 1, "0": 0, "0.0": 0, "false": 0, "no": 0}  # edgekit.data's
+
+
+def flagged(row: dict, columns: tuple, path: Path, n: int):
+    """The set of `columns` whose 0/1 cell holds 1, as edgekit.data reads them: None where one, read in order, is
+    empty or -1 (Jigsaw's mark for a text not scored)."""
+    names = set()
+    for column in columns:
+        cell = (row.get(column) or "").strip()
+        if cell.lower() in ("", "-1", "-1.0", "nan"):
+            return None
+        if cell.lower() not in FLAGS:
+            raise BenchError(f"{path} line {n}: label column {column} holds {cell[:40]!r}; a label column holds 0 or "
+                             f"1 (true or false); threshold a score first")
+        if FLAGS[cell.lower()]:
+            names.add(column)
+    return names
 
 
 def _records(path: Path, text: str, columns: list):
@@ -473,7 +506,36 @@ def option_problem(model: Path, meta: dict, args) -> str:
     if args.text_pair_column and args.text_pair_column in (args.text_column, args.label_column):
         return (f"--text-pair-column {args.text_pair_column} names the text or label column; give the column of each "
                 f"row's second text")
+    if (args.label_separator is not None or args.label_columns) and not meta.get("multi_label"):
+        flag = "--label-columns" if args.label_columns else "--label-separator"
+        return (f"{flag} given, but {model.name} is a single-label classifier (its model.json has no multi_label): "
+                f"each row's label cell holds one label; leave the option out")
+    if args.label_separator is not None and args.label_columns:
+        return ("--label-columns and --label-separator both say how a row gives its labels; give one: --label-columns "
+                "for a 0/1 column per label, --label-separator for one cell of label names")
+    if args.label_separator == "":
+        return "--label-separator is empty; give the text that cuts a label cell into names, such as | or ;"
+    named = columns_of(args.label_columns)
+    if unknown := [c for c in named if c not in meta["labels"]]:
+        return (f"--label-columns names {', '.join(unknown[:5])}, not among the model's labels "
+                f"({', '.join(meta['labels'])}); name a column for each of them")
+    if named and (missing := [c for c in meta["labels"] if c not in named]):
+        return (f"--label-columns leaves out the model's label{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing[:5])}; name a 0/1 column for each of its labels ({', '.join(meta['labels'])})")
     return ""
+
+
+def columns_of(label_columns: str) -> list:
+    """--label-columns as a list of column names, each once: cut at commas."""
+    return list(dict.fromkeys(n.strip() for n in label_columns.split(",") if n.strip()))
+
+
+def f1_micro(said: list, gold: list) -> "float | None":
+    """Multi-label F1 over every (sentence, label) decision pooled, as edgekit's evaluate scores it; None where no
+    label is given or said."""
+    tp = sum(p == g == 1 for y, label in zip(said, gold) for p, g in zip(y, label))
+    wrong = sum(p != g for y, label in zip(said, gold) for p, g in zip(y, label))
+    return 2 * tp / (2 * tp + wrong) if tp or wrong else None
 
 
 def logit(p: float) -> float:
@@ -485,7 +547,8 @@ def bench(model: Path, meta: dict, args) -> dict:
     if args.data:  # read and checked whole before anything is timed: a bad row is said at once
         pair_column = (args.text_pair_column or "text_pair") if meta.get("text_pair") else ""
         texts, gold = read_labelled(Path(args.data), meta["labels"], args.text_column, args.label_column, pair_column,
-                                    bool(meta.get("multi_label")))
+                                    bool(meta.get("multi_label")), args.label_separator or "|",
+                                    tuple(columns_of(args.label_columns)))
     started = time.perf_counter()
     runner = OnnxRunner(model, meta, args.threads) if meta["format"] == "onnx" else \
         TFLiteRunner(model, meta, args.threads, args.native_log)
@@ -526,6 +589,8 @@ def bench(model: Path, meta: dict, args) -> dict:
             sentence_ms.append((time.perf_counter() - t) * 1e3)
         result.update(accuracy=sum(p == g for p, g in zip(predictions, gold)) / len(gold),  # unrounded: budgets
                       examples=len(gold), sentence_latency_ms=percentiles(sentence_ms), predictions=predictions)
+        if cuts and (f1 := f1_micro(predictions, gold)) is not None:
+            result["f1_micro"] = f1  # unrounded, as accuracy
     result.update(peak_rss_mb=memory_mb("VmHWM"), runtime=runner.runtime, runtime_version=runner.version,
                   tokenizers_version=package_version("tokenizers"), numpy_version=np.__version__,
                   python=platform.python_version(), machine=platform.machine(), cpu=cpu_name(), int8_isa=int8_isa(),
@@ -674,6 +739,11 @@ def parser():
     p.add_argument("--label-column", default="label")
     p.add_argument("--text-pair-column", default="", help="a model for text pairs: the second text's column "
                    "(default text_pair)")
+    p.add_argument("--label-separator", metavar="SEP", help="a multi-label model: what cuts a label cell into the "
+                   "row's label names (default |)")
+    p.add_argument("--label-columns", default="", metavar="A,B,...", help="a multi-label model: --data has a 0/1 "
+                   "column per label, named as the model's labels (Jigsaw's toxic,severe_toxic,...); a row with one "
+                   "empty or -1 is left out")
     p.add_argument("--out", default="result.json", help="where the result JSON goes (default result.json)")
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
