@@ -350,10 +350,21 @@ def per_class_table(manifest: dict) -> list:
     if not outputs:
         return []
     classes = next(iter(outputs.values()))
-    rows = ["", f"Recall per class on the {final['metrics'].get('eval_split', 'evaluation')} split:", "",
-            "| class | sentences | teacher | " + " | ".join(outputs) + " |", "|---|---:|---:|" + "---:|" * len(outputs)]
-    rows += [f"| {name.replace('|', chr(92) + '|')} | {c['examples']} | {c['teacher_recall']:.4f} | "
-             + " | ".join(f"{o[name]['recall']:.4f}" if name in o else "" for o in outputs.values()) + " |"
+    multi = any("f1" in c for c in classes.values())  # a multi-label run: precision and F1 per label too
+    split = final["metrics"].get("eval_split", "evaluation")
+    rows = ["", f"Recall / precision / F1 per label on the {split} split (a label never said has no precision):"
+            if multi else f"Recall per class on the {split} split:", "",
+            f"| {'label' if multi else 'class'} | sentences | teacher | " + " | ".join(outputs) + " |",
+            "|---|---:|---:|" + "---:|" * len(outputs)]
+
+    def cell(c: dict, prefix: str = "") -> str:
+        if multi and f"{prefix}f1" in c:
+            return " / ".join("-" if c[f"{prefix}{k}"] is None else f"{c[f'{prefix}{k}']:.4f}"
+                              for k in ("recall", "precision", "f1"))
+        return f"{c[f'{prefix}recall']:.4f}"
+
+    rows += [f"| {name.replace('|', chr(92) + '|')} | {c['examples']} | {cell(c, 'teacher_')} | "
+             + " | ".join(cell(o[name]) if name in o else "" for o in outputs.values()) + " |"
              for name, c in classes.items()]
     return rows
 

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 import edgekit
-from edgekit import cli, data, devices, gate, pipeline, recipe, runtime, testing, training
+from edgekit import cli, data, devices, gate, pipeline, recipe, report, runtime, testing, training
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.report import number
 from edgekit.stages import evaluate
@@ -207,6 +207,36 @@ def test_a_multi_label_run_trains_exports_and_scores_label_sets(ml_run):
     out = edgekit.load(ml_run)(["bad awful film", "the plot"])
     assert all(isinstance(labels, list) for labels in out["labels"]) and out["probs"].shape == (2, 2)
     assert out["labels"][0] == [n for n, p in zip(["neg", "pos"], out["probs"][0]) if p > 0.5]
+
+
+def test_each_label_has_its_recall_precision_and_f1_beside_the_teachers(ml_run):
+    """per_class of a multi-label run: each label's recall, precision (None where never said) and F1, the teacher's
+    beside them, from the same decisions evaluate scored; the report tables the three per label."""
+    examples = [("a", (1, 0)), ("b", (1, 1)), ("c", (0, 1)), ("d", (0, 0))]
+    said, teacher_said = [(1, 0), (0, 1), (1, 1), (1, 0)], [(0, 0), (0, 1), (0, 1), (0, 0)]
+    assert evaluate.per_class(said, teacher_said, examples, ["x", "y"]) == {  # x: said on a, c, d; right on a
+        "x": {"examples": 2, "recall": 0.5, "precision": 1 / 3, "f1": 0.4,
+              "teacher_recall": 0.0, "teacher_precision": None, "teacher_f1": 0.0},
+        "y": {"examples": 2, "recall": 1.0, "precision": 1.0, "f1": 1.0,
+              "teacher_recall": 1.0, "teacher_precision": 1.0, "teacher_f1": 1.0}}
+    m = json.loads((ml_run / "manifest.json").read_text())
+    ctx = pipeline.context_of(ml_run, progress=False)[1]
+    gold = [y for _, y in ctx.splits.test]
+    final = evaluate.predictions(runtime.load(ml_run / m["final"]["path"]), ctx.splits.test, 1, False, "")
+    teacher = evaluate.predictions(evaluate.teacher_of(ctx), ctx.splits.test, 64, False, "")
+    classes = m["final"]["metrics"]["per_class"]
+    for k, name in enumerate(ctx.splits.labels):
+        for prefix, by in (("", final), ("teacher_", teacher)):
+            tp = sum(p[k] == g[k] == 1 for p, g in zip(by, gold))
+            told, there = sum(p[k] for p in by), sum(g[k] for g in gold)
+            assert classes[name][f"{prefix}precision"] == (tp / told if told else None)
+            assert classes[name][f"{prefix}f1"] == 2 * tp / (there + told) and classes[name]["examples"] == there
+    rows = report.per_class_table(m)
+    assert rows[1] == "Recall / precision / F1 per label on the test split (a label never said has no precision):"
+    c = classes["neg"]
+    cells = [" / ".join("-" if c[f"{p}{k}"] is None else f"{c[f'{p}{k}']:.4f}" for k in ("recall", "precision", "f1"))
+             for p in ("teacher_", "")]
+    assert f"| neg | {c['examples']} | {cells[0]} | {cells[1]} |" in rows
 
 
 def test_predict_writes_label_lists_and_scores_label_sets(ml_run, tmp_path, capsys):

@@ -28,11 +28,11 @@ from edgekit.artifact import Artifact, write_json
 from edgekit.errors import EdgekitError
 from edgekit.progress import bar as progress_bar
 
-REVISION = 7  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
+REVISION = 8  # 2: a transformers folder (the teacher) is truncated at the recipe's max_length, not at 512
 # 3: accuracy_retained_interval; 4: per_class (each class's recall, the teacher's beside it), class_recall_retained
 # 5: scores unrounded, accuracy_retained from the two counts (a ratio of scores rounded to 4 places read 969/999
 # right, 0.96997, as 0.97 and passed `>= 0.97`); 6: the interval leaves out draws where the teacher gets nothing right
-# 7: a multi-label model's f1_micro_retained and its interval
+# 7: a multi-label model's f1_micro_retained and its interval; 8: a multi-label model's per-label precision and F1
 
 
 LIMITS = {"split": ("validation", "test")}  # and recipe.COMMON
@@ -170,16 +170,25 @@ def tune_folder(folder: Path, ctx) -> list | None:
 
 def per_class(said: list, teacher_said: list, examples: list, labels: list) -> dict:
     """{label: {examples, recall, teacher_recall}}, each class's share of sentences predicted as that class: where
-    compression costs a class more than the accuracy says (a minority class first)."""
+    compression costs a class more than the accuracy says (a minority class first). For a multi-label model also
+    each label's precision (None where it is never said) and F1, and the teacher's: a label said on every sentence
+    has all its recall and little precision, which a lower threshold trades for."""
     def has(y, c) -> bool:  # a multi-label example (a 0/1 tuple) may have several
         return y[c] == 1 if isinstance(y, tuple) else y == c
 
     out = {}
     for c, name in enumerate(labels):
         rows = [i for i, (_, label) in enumerate(examples) if has(label, c)]
-        if rows:
-            out[name] = {"examples": len(rows), "recall": sum(has(said[i], c) for i in rows) / len(rows),
-                         "teacher_recall": sum(has(teacher_said[i], c) for i in rows) / len(rows)}
+        if not rows:
+            continue
+        out[name] = {"examples": len(rows)}
+        for prefix, by in (("", said), ("teacher_", teacher_said)):
+            hit = sum(has(by[i], c) for i in rows)
+            out[name][f"{prefix}recall"] = hit / len(rows)
+            if isinstance(examples[0][1], tuple):
+                told = sum(has(y, c) for y in by)  # sentences it gives this label: hits and false alarms
+                out[name][f"{prefix}precision"] = hit / told if told else None
+                out[name][f"{prefix}f1"] = 2 * hit / (len(rows) + told)  # 2 TP / (2 TP + FP + FN)
     return out
 
 
