@@ -20,14 +20,14 @@ TOP_KEYS = ("name", "description", "teacher", "data", "max_length", "seed", "thr
             "budgets", "devices") + stages.NAMES  # devices: where `edgekit bench` runs a finished run (edgekit.devices)
 DATA_KEYS = tuple(p for p in inspect.signature(data.load).parameters if p != "seed")
 METRICS = ("params", "size_mb", "accuracy", "accuracy_retained", "class_recall_retained", "f1_micro",
-           "f1_micro_retained", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "peak_rss_mb", "max_abs_diff",
-           "label_agreement")
+           "f1_micro_retained", "label_f1_retained", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+           "peak_rss_mb", "max_abs_diff", "label_agreement")
 OPS = ("<=", ">=", "<", ">")
 FRACTIONS = ("accuracy", "accuracy_retained", "class_recall_retained", "f1_micro", "f1_micro_retained",
-             "label_agreement")  # 0.97, never 97
-MULTI_LABEL_METRICS = ("f1_micro", "f1_micro_retained")  # what only a multi-label run measures
+             "label_f1_retained", "label_agreement")  # 0.97, never 97
+MULTI_LABEL_METRICS = ("f1_micro", "f1_micro_retained", "label_f1_retained")  # what only a multi-label run measures
 MEASURED_BY = {"accuracy": ("evaluate",), "accuracy_retained": ("evaluate",), "class_recall_retained": ("evaluate",),
-               "f1_micro": ("evaluate",), "f1_micro_retained": ("evaluate",),
+               "f1_micro": ("evaluate",), "f1_micro_retained": ("evaluate",), "label_f1_retained": ("evaluate",),
                "latency_ms_p50": ("bench",),
                "latency_ms_p90": ("bench",), "latency_ms_p99": ("bench",), "peak_rss_mb": ("bench",),
                "max_abs_diff": ("export", "quantize"), "label_agreement": ("export", "quantize"),
@@ -346,9 +346,10 @@ def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dic
 def with_note(row: dict, metrics: dict) -> dict:
     """The row, with a note where its number says less than it seems: the lowest class's share of its teacher's
     recall measured on only some of the classes (the teacher gets no example of the others right)."""
-    measured, of = metrics.get("class_recall_measured") or (0, 0)
-    if row["metric"] == "class_recall_retained" and measured < of:
-        return dict(row, note=f"{measured} of {of} classes measured: the teacher gets none of the others right")
+    measured, of = metrics.get("class_recall_measured") or (0, 0)  # the classes (labels) the teacher gets right:
+    if row["metric"] in ("class_recall_retained", "label_f1_retained") and measured < of:  # those with F1 too
+        what = "labels" if row["metric"] == "label_f1_retained" else "classes"
+        return dict(row, note=f"{measured} of {of} {what} measured: the teacher gets none of the others right")
     return row
 
 

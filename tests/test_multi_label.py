@@ -231,12 +231,31 @@ def test_each_label_has_its_recall_precision_and_f1_beside_the_teachers(ml_run):
             told, there = sum(p[k] for p in by), sum(g[k] for g in gold)
             assert classes[name][f"{prefix}precision"] == (tp / told if told else None)
             assert classes[name][f"{prefix}f1"] == 2 * tp / (there + told) and classes[name]["examples"] == there
+    kept = [c["f1"] / c["teacher_f1"] for c in classes.values() if c["teacher_f1"]]
+    assert m["final"]["metrics"]["label_f1_retained"] == pytest.approx(min(kept), abs=1e-12)
     rows = report.per_class_table(m)
     assert rows[1] == "Recall / precision / F1 per label on the test split (a label never said has no precision):"
     c = classes["neg"]
     cells = [" / ".join("-" if c[f"{p}{k}"] is None else f"{c[f'{p}{k}']:.4f}" for k in ("recall", "precision", "f1"))
              for p in ("teacher_", "")]
     assert f"| neg | {c['examples']} | {cells[0]} | {cells[1]} |" in rows
+
+
+def test_label_f1_retained_is_the_worst_labels_share_of_its_teachers_f1(ml_run):
+    """From the counts: a label the teacher gets all of (F1 1) that the model gets 2 of 3 of with one false alarm
+    (F1 4/6) keeps 2/3; a label the teacher never says rightly is left out; a budget on it is gated, and refused for
+    single-label data."""
+    examples = [("a", (1, 1)), ("b", (1, 0)), ("c", (0, 0)), ("d", (1, 0))]
+    teacher = [(1, 0), (1, 0), (0, 0), (1, 0)]  # label 2: never said by the teacher
+    model = [(1, 1), (0, 1), (1, 0), (1, 0)]
+    assert evaluate.lowest_f1_kept(model, teacher, examples) == 2 / 3
+    assert evaluate.lowest_f1_kept(model, [(0, 0)] * 4, examples) is None
+    assert evaluate.lowest_f1_kept(teacher, teacher, examples) == 1.0
+    value = json.loads((ml_run / "manifest.json").read_text())["final"]["metrics"]["label_f1_retained"]
+    assert [r["ok"] for r in gate.check(ml_run, [("label_f1_retained", ">=", value),
+                                                ("label_f1_retained", ">", value)])] == [True, False]
+    with pytest.raises(UsageError, match="budget label_f1_retained: only a multi-label run measures it"):
+        pipeline.check_budget_kind({"label_f1_retained": ">= 0.9"}, False)
 
 
 def test_predict_writes_label_lists_and_scores_label_sets(ml_run, tmp_path, capsys):

@@ -32,7 +32,8 @@ REVISION = 8  # 2: a transformers folder (the teacher) is truncated at the recip
 # 3: accuracy_retained_interval; 4: per_class (each class's recall, the teacher's beside it), class_recall_retained
 # 5: scores unrounded, accuracy_retained from the two counts (a ratio of scores rounded to 4 places read 969/999
 # right, 0.96997, as 0.97 and passed `>= 0.97`); 6: the interval leaves out draws where the teacher gets nothing right
-# 7: a multi-label model's f1_micro_retained and its interval; 8: a multi-label model's per-label precision and F1
+# 7: a multi-label model's f1_micro_retained and its interval; 8: a multi-label model's per-label precision and F1,
+# label_f1_retained
 
 
 LIMITS = {"split": ("validation", "test")}  # and recipe.COMMON
@@ -68,7 +69,9 @@ def run(artifact: Artifact, out_dir: Path, ctx, *, split: str = "test", batch_si
                           "class_recall_retained": lowest_kept(classes),
                           "class_recall_measured": [sum(c["teacher_recall"] > 0 for c in classes.values()),
                                                     len(classes)],
-                          **(f1_measures(said, teacher_said, examples) if ctx.splits.multi_label else {})}
+                          **(dict(f1_measures(said, teacher_said, examples),
+                                  label_f1_retained=lowest_f1_kept(said, teacher_said, examples))
+                             if ctx.splits.multi_label else {})}
     (out_dir / "metrics.json").write_text(json.dumps(measured, indent=2))
     outputs = {name: Artifact(a.path, a.kind, {**a.metrics, **measured[name]}) for name, a in artifact.outputs.items()}
     first = next(iter(measured.values()))
@@ -214,6 +217,23 @@ def lowest_kept(classes: dict) -> float | None:
     None where that is every class): a budget on it bounds what compression costs the worst-served class."""
     kept = [round(c["recall"] * c["examples"]) / round(c["teacher_recall"] * c["examples"])  # the counts: their ratio
             for c in classes.values() if c["teacher_recall"] > 0]  # is the exact one, as accuracy_retained's
+    return min(kept) if kept else None
+
+
+def lowest_f1_kept(said: list, teacher_said: list, examples: list) -> float | None:
+    """A multi-label model's lowest share of its teacher's F1 that any label keeps (labels the teacher never says
+    rightly left out, as lowest_kept leaves them; None where that is every label): a budget on it bounds what
+    compression costs the worst-served label, precision included. From the counts, one division: the F1 ratio
+    2 TP / (n + said) over the teacher's is TP (n + teacher said) / ((n + said) TP teacher)."""
+    def counts(by, k) -> tuple:  # (sentences with label k, said k rightly, said k)
+        return (sum(label[k] for _, label in examples),
+                sum(y[k] == label[k] == 1 for y, (_, label) in zip(by, examples)), sum(y[k] for y in by))
+
+    kept = []
+    for k in range(len(examples[0][1])):
+        (n, tp, told), (_, tp_t, told_t) = counts(said, k), counts(teacher_said, k)
+        if n and tp_t:
+            kept.append(tp * (n + told_t) / ((n + told) * tp_t))
     return min(kept) if kept else None
 
 
