@@ -82,6 +82,13 @@ def test_a_multi_label_run_on_real_text(tmp_path):
     # `positive` alone scores micro-F1 0.52 here, no `product` at all 0
     assert final["teacher_f1_micro"] > 0.6 and final["per_class"]["product"]["teacher_recall"] > 0.6
     assert final["f1_micro"] >= 0.9 * final["teacher_f1_micro"] and final["label_agreement"] >= 0.8
+    assert 0 < final["label_f1_retained"] <= final["per_class"]["product"]["f1"] / final["per_class"]["product"][
+        "teacher_f1"] + 1e-12
+    from edgekit import devices
+
+    device = devices.bench(tmp_path / "run", "local", progress=False)["metrics"]  # the test split on device_bench
+    assert device["f1_micro"] == pytest.approx(final["f1_micro"], abs=0.01)
+    assert device["f1_micro_retained"] == pytest.approx(final["f1_micro_retained"], abs=0.01)
     said = subprocess.run([sys.executable, "-m", "edgekit.cli", "predict", str(tmp_path / "run"), "--out",
                            "/dev/stdout", "--format", "jsonl", "this blender broke after a week"],
                           capture_output=True, text=True)
