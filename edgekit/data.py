@@ -97,8 +97,8 @@ def load(source: str, text_column: str = "text", label_column: str = "label", sp
     if not by_split["train"]:
         raise EdgekitError(f"dataset {source} has no training rows; give at least two labelled rows per class")
     names = sorted({n for _, label in by_split["train"] for n in tags(label)}, key=_label_order)
-    if unmarked := [c for c in columns_of(label_columns) if unicodedata.normalize("NFC", c) not in names]:  # the
-        # label names are NFC (macOS writes NFD), as every label read
+    nfc = [unicodedata.normalize("NFC", c) for c in columns_of(label_columns)]  # as the names are (macOS: NFD)
+    if unmarked := [c for c in nfc if c not in names]:
         raise EdgekitError(f"dataset {source} label column {unmarked[0]!r} marks no training row (no 1 in it"
                            f"{' on a train row' if split_column else ''}); drop it from data.label_columns, or give "
                            f"rows that have that label")

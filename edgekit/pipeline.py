@@ -311,18 +311,18 @@ def check_head(path: Path, architectures, spec: str) -> None:
 
 
 def check_budget_kind(budgets: dict, multi_label: bool, targets: dict = None) -> None:
-    """A budget on f1_micro or f1_micro_retained, which only a multi-label run measures, is refused before the first
-    stage of a run whose data gives one label per text (and before `edgekit bench` runs such a run's model), in the
-    recipe's budgets or a device target's: it could never hold."""
+    """A budget on f1_micro, f1_micro_retained or label_f1_retained, which only a multi-label run measures, is refused
+    before the first stage of a run whose data gives one label per text (and before `edgekit bench` runs such a
+    run's model), in the recipe's budgets or a device target's: it could never hold."""
     if multi_label:
         return
     where = [(m, f"budgets.{m}") for m in budgets] + [
         (m, f"devices.{name}.budgets.{m}") for name, spec in (targets or {}).items()
         if isinstance(spec, dict) and isinstance(spec.get("budgets"), dict) for m in spec["budgets"]]
     if named := next(((m, key) for m, key in where if m in recipes.MULTI_LABEL_METRICS), None):
-        raise UsageError(f"budget {named[0]}: only a multi-label run measures it (micro-F1 over every label "
-                         f"decision), and this data gives one label per text; bound accuracy or accuracy_retained "
-                         f"instead ({named[1]}=null drops it)")
+        raise UsageError(f"budget {named[0]}: only a multi-label run measures it (an F1 of label decisions), and "
+                         f"this data gives one label per text; bound accuracy or accuracy_retained instead "
+                         f"({named[1]}=null drops it)")
 
 
 def check_labels(config, labels: list, spec: str, multi_label: bool = False) -> None:

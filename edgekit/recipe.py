@@ -345,7 +345,8 @@ def budget_row(metric: str, op: str, bound: float, actual, interval=None) -> dic
 
 def with_note(row: dict, metrics: dict) -> dict:
     """The row, with a note where its number says less than it seems: the lowest class's share of its teacher's
-    recall measured on only some of the classes (the teacher gets no example of the others right)."""
+    recall (or label's share of its F1) measured on only some of the classes (the teacher gets no example of the
+    others right)."""
     measured, of = metrics.get("class_recall_measured") or (0, 0)  # the classes (labels) the teacher gets right:
     if row["metric"] in ("class_recall_retained", "label_f1_retained") and measured < of:  # those with F1 too
         what = "labels" if row["metric"] == "label_f1_retained" else "classes"

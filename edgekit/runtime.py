@@ -190,11 +190,12 @@ class HFModel(Reloads):
         self.labels = families.label_names(self.model.config)
         self.multi_label = families.is_multi_label(self.model.config)
         self.thresholds = getattr(self.model.config, "edgekit_thresholds", None) if self.multi_label else None
-        if (cuts := self.thresholds) is not None and not (isinstance(cuts, list) and len(cuts) == len(self.labels)
-                                                          and all(isinstance(t, (int, float)) and 0 < t < 1 for t in cuts)):
+        cuts = self.thresholds  # checked as model.json's are (read_sidecar): one for two labels dropped the second
+        if cuts is not None and not (isinstance(cuts, list) and len(cuts) == len(self.labels) and all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < 1 for t in cuts)):
             given = f"gives {len(cuts)} thresholds" if isinstance(cuts, list) else f"is {str(cuts)[:40]}, not a list,"
-            raise EdgekitError(f"{Path(path) / 'config.json'} edgekit_thresholds {given} for {len(self.labels)} labels; "
-                               f"give one probability in (0, 1) per label, or drop the key (0.5 for every label)")
+            raise EdgekitError(f"{Path(path) / 'config.json'} edgekit_thresholds {given} for {len(self.labels)} "
+                               f"labels; give one probability in (0, 1) per label, or drop the key (0.5 for each)")
         if recipe := run_recipe(Path(path)):  # a stage's model takes what its run was trained on, as the exports do;
             data = recipe.get("data")  # any other folder takes single texts and pairs
             self.meta = {"text_pair": isinstance(data, dict) and bool(data.get("text_pair_column"))}
