@@ -389,7 +389,14 @@ def summary(manifest: dict) -> str:
                     f"{final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}"
                     + (f", retained {kept:.4f}{gate.interval_note(final.get('f1_micro_retained_interval'))}"
                        if kept is not None else ""))
-    if worst := worst_class(final.get("per_class") or {}):
+    classes = final.get("per_class") or {}
+    if any("f1" in c for c in classes.values()):  # a multi-label run: the label whose F1 fell most
+        if worst := worst_class(classes, "f1"):
+            name, c = worst
+            rows.append(f"label losing most: '{name}', F1 {c['f1']:.4f} against the teacher's {c['teacher_f1']:.4f} "
+                        f"(recall {c['recall']:.4f} against {c['teacher_recall']:.4f}; {c['examples']} sentences "
+                        f"have it; every label: edgekit report)")
+    elif worst := worst_class(classes):
         name, c = worst
         rows.append(f"class losing most: '{name}', recall {c['recall']:.4f} against the teacher's "
                     f"{c['teacher_recall']:.4f} "

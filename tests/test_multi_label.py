@@ -416,6 +416,17 @@ def test_the_run_summary_says_what_accuracy_means_and_gives_micro_f1(ml_run):
     assert (f"micro-F1 {final['f1_micro']:.4f} against the teacher's {final['teacher_f1_micro']:.4f}, retained "
             f"{final['f1_micro_retained']:.4f} (95% interval {low:.4f}-{high:.4f})") in said
     assert f"(always the commonest label set: {final['majority_accuracy']:.4f})" in said
+    final["per_class"] = {  # the label whose F1 fell most is named, not the one whose recall did
+        "neg": {"examples": 9, "recall": 0.6, "teacher_recall": 0.9, "precision": 0.9, "teacher_precision": 0.6,
+                "f1": 0.72, "teacher_f1": 0.72},
+        "pos": {"examples": 11, "recall": 0.9, "teacher_recall": 0.9, "precision": 0.5, "teacher_precision": 0.9,
+                "f1": 0.6429, "teacher_f1": 0.9}}
+    said = cli.summary(m)
+    assert ("label losing most: 'pos', F1 0.6429 against the teacher's 0.9000 (recall 0.9000 against 0.9000; 11 "
+            "sentences have it; every label: edgekit report)") in said and "class losing most" not in said
+    for c in final["per_class"].values():
+        c["f1"] = c["teacher_f1"]
+    assert "losing most" not in cli.summary(m)  # no label's F1 fell
 
 
 def test_compare_scores_a_multi_label_model_on_label_sets_and_no_other_kind(ml_run, tmp_path, capsys):

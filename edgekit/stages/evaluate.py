@@ -237,10 +237,11 @@ def lowest_f1_kept(said: list, teacher_said: list, examples: list) -> float | No
     return min(kept) if kept else None
 
 
-def worst_class(classes: dict) -> tuple:
-    """(label, its numbers) of the class whose recall fell most against the teacher's; None where none fell."""
-    worst = max(classes.items(), key=lambda c: c[1]["teacher_recall"] - c[1]["recall"], default=None)
-    return worst if worst and worst[1]["teacher_recall"] > worst[1]["recall"] else None
+def worst_class(classes: dict, key: str = "recall") -> tuple:
+    """(label, its numbers) of the class whose recall (or `key`: a multi-label run's f1) fell most against the
+    teacher's; None where none fell."""
+    worst = max(classes.items(), key=lambda c: c[1][f"teacher_{key}"] - c[1][key], default=None)
+    return worst if worst and worst[1][f"teacher_{key}"] > worst[1][key] else None
 
 
 def kept_interval(hits: list, teacher_hits: list, draws: int = 2000, seed: int = 0) -> list:
