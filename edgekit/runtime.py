@@ -190,12 +190,8 @@ class HFModel(Reloads):
         self.labels = families.label_names(self.model.config)
         self.multi_label = families.is_multi_label(self.model.config)
         self.thresholds = getattr(self.model.config, "edgekit_thresholds", None) if self.multi_label else None
-        cuts = self.thresholds  # checked as model.json's are (read_sidecar): one for two labels dropped the second
-        if cuts is not None and not (isinstance(cuts, list) and len(cuts) == len(self.labels) and all(
-                isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < 1 for t in cuts)):
-            given = f"gives {len(cuts)} thresholds" if isinstance(cuts, list) else f"is {str(cuts)[:40]}, not a list,"
-            raise EdgekitError(f"{Path(path) / 'config.json'} edgekit_thresholds {given} for {len(self.labels)} "
-                               f"labels; give one probability in (0, 1) per label, or drop the key (0.5 for each)")
+        check_thresholds(self.thresholds, len(self.labels), f"{Path(path) / 'config.json'} edgekit_thresholds",
+                         "give one probability in (0, 1) per label, or drop the key (0.5 for each)")
         if recipe := run_recipe(Path(path)):  # a stage's model takes what its run was trained on, as the exports do;
             data = recipe.get("data")  # any other folder takes single texts and pairs
             self.meta = {"text_pair": isinstance(data, dict) and bool(data.get("text_pair_column"))}
@@ -251,6 +247,16 @@ def run_recipe(folder: Path) -> dict:
     return {}
 
 
+def check_thresholds(cuts, labels: int, where: str, fix: str) -> None:
+    """A model's own thresholds (model.json's `thresholds`, a folder's config `edgekit_thresholds`): none, or one
+    probability in (0, 1) per label; anything else is refused in one line (one for two labels left the second label
+    out of every prediction, as decided() zips them with the logits)."""
+    if cuts is not None and not (isinstance(cuts, list) and len(cuts) == labels and all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < 1 for t in cuts)):
+        given = f"gives {len(cuts)} thresholds" if isinstance(cuts, list) else f"is {str(cuts)[:40]}, not a list,"
+        raise EdgekitError(f"{where} {given} for {labels} labels; {fix}")
+
+
 def read_sidecar(model_file: Path) -> dict:
     from edgekit import schemas
 
@@ -262,9 +268,8 @@ def read_sidecar(model_file: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise EdgekitError(f"{sidecar} is not valid JSON ({getattr(e, 'msg', e)}); re-export the model") from None
     schemas.validate(meta, schemas.MODEL_JSON, str(sidecar))
-    if "thresholds" in meta and len(meta["thresholds"]) != len(meta["labels"]):
-        raise EdgekitError(f"{sidecar} gives {len(meta['thresholds'])} thresholds for {len(meta['labels'])} labels; "
-                           f"give one per label, or re-export the model")
+    check_thresholds(meta.get("thresholds"), len(meta["labels"]), str(sidecar),
+                     "give one per label, or re-export the model")
     if not (model_file.parent / meta["tokenizer"]).is_file():
         raise EdgekitError(f"{sidecar} names tokenizer {meta['tokenizer']}, which is not beside it; re-export the model")
     return meta
