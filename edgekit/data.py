@@ -471,12 +471,12 @@ def _read_file(path: Path, text_column: str, label_column: str, split_column: st
         text, label = r.get(text_column), flagged(r, flags, path, number) if flags else r.get(label_column)
         second = r.get(pair_column) if pair_column else ""
         label = json.dumps(label) if isinstance(label, bool) else label  # JSON's true, not Python's True
-        if label_separator and isinstance(label, str):  # "" is [""]: no label, below; and pandas's nan is
-            label = label.split(label_separator) if label.strip() not in ("nan", "NaN", "NAN") else []  # none either
+        if label_separator and isinstance(label, str):  # "" is [""]: no label, below; so is a missing value
+            label = label.split(label_separator) if label.strip() not in MISSING else []
         if isinstance(label, list):
             label = tuple(sorted({unicodedata.normalize("NFC", str(v)).strip() for v in label} - {""}))
-        elif label is not None and str(label).strip() in ("", "nan", "NaN", "NAN"):
-            label = None  # a missing value (pandas writes one as nan)
+        elif label is not None and str(label).strip() in ("", *MISSING):
+            label = None
         if text is None or str(text).strip() == "" or (label is None and label_required) \
                 or second is None or (pair_column and str(second).strip() == ""):
             continue  # the row carries no example
@@ -504,6 +504,7 @@ def columns_of(label_columns) -> list:
     return [n.strip() for n in names if n.strip()]
 
 
+MISSING = ("nan", "NaN", "NAN")  # a label cell pandas wrote for a missing value
 FLAGS = {"1": 1, "1.0": 1, "true": 1, "yes": 1, "0": 0, "0.0": 0, "false": 0, "no": 0}
 
 
